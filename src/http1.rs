@@ -1,0 +1,3229 @@
+//! HTTP/1.1 exchanges of one TCP connection, parsed incrementally from both directions.
+//!
+//! Input: the calls of [`crate::record::StreamSink`] for one connection — in-order bytes of
+//! each direction, missing bytes as `gap(len)`, one `end` per direction — forwarded to
+//! [`HttpConnection::data`], [`HttpConnection::gap`] and [`HttpConnection::end`].
+//!
+//! Output: calls of [`HttpSink`]: request heads, final response heads, content-decoded
+//! response body bytes (gzip, x-gzip, deflate), body gaps, one body end per delivered response
+//! head, and anomalies. Request bodies are followed for framing only, never delivered.
+//!
+//! Invariants:
+//! - Roles are decided by content: the direction whose stream begins with a request line is
+//!   the client. When the capture saw the SYN (`from_start`) and a direction begins with
+//!   neither a request line nor a status line, the connection is abandoned at once.
+//! - Exchanges are numbered from 0 in request order; responses pair with requests first in,
+//!   first out. Once requests or responses may have been lost (a gap or skipped bytes in
+//!   either direction, or a capture that began mid-connection), pairing is uncertain: a
+//!   response then pairs with the newest pending request that was complete before the
+//!   response began (clients do not pipeline in practice), dropping older pending ones; with
+//!   no such request it is reported unpaired and numbered as a new exchange.
+//! - `body_end` is delivered exactly once per delivered response head, and nothing for that
+//!   exchange follows it. A body whose framing survives a gap gets `body_gap` and goes on;
+//!   an encoded body cannot be decoded past a gap, so it gets `body_gap(0)` then
+//!   `BodyEnd::LostSync` (missing bytes are the capture's fault, not malformed data), and its
+//!   framing is still followed to the next message.
+//! - Lost framing (a gap in a head or a chunk-size line, a bad chunk, a bad Content-Length, an
+//!   oversized head, bytes that are not HTTP) makes the direction skip to the next line that
+//!   begins a request line or status line; `Anomaly::Resynchronized` is reported once for each
+//!   run of skipped bytes.
+//! - State per direction is bounded: a message head is buffered up to
+//!   `Limits::max_header_bytes`; body bytes are passed through as sub-slices of the input (or
+//!   decoded through a fixed-size buffer); pending requests are capped. Work per call is
+//!   proportional to the bytes given (times the deflate expansion ratio for encoded bodies).
+//! - After a `101 Switching Protocols` or a successful `CONNECT` the connection stops
+//!   speaking HTTP: it is abandoned and later calls return at once.
+
+use std::collections::VecDeque;
+use std::mem;
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use flate2::{Decompress, FlushDecompress, Status};
+use memchr::memmem;
+
+use crate::record::{
+    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
+};
+
+/// Header lines parsed per head; more is reported as `HeaderTooLarge`.
+const MAX_HEADERS: usize = 128;
+/// Requests awaiting a response, per connection. Older ones are forgotten beyond it (and
+/// pairing becomes uncertain), so a client that never gets answers cannot grow memory.
+const MAX_PENDING_REQUESTS: usize = 1024;
+/// Longest request method accepted while deciding whether bytes start a request line.
+const MAX_METHOD_LEN: u8 = 32;
+/// Output buffer of one content decoder.
+const DECODE_BUFFER_BYTES: usize = 16 * 1024;
+/// Head buffers larger than this are released after use rather than kept per connection.
+const RETAINED_HEAD_CAPACITY: usize = 4 * 1024;
+/// The common prefix of request-line versions and status lines.
+const VERSION_PREFIX: &[u8] = b"HTTP/1.";
+
+static VERSION_FINDER: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(VERSION_PREFIX));
+
+/// The HTTP/1.x parser of one TCP connection (both directions).
+pub struct HttpConnection {
+    max_header_bytes: usize,
+    from_start: bool,
+    abandoned: bool,
+    client: Option<Direction>,
+    directions: [DirectionParser; 2],
+    /// Requests delivered and not yet answered, oldest first, with markers where requests
+    /// may have been lost.
+    pending: VecDeque<Pending>,
+    next_exchange: u32,
+    /// The server direction lost framing since the last delivered response: responses may
+    /// have been lost, so FIFO pairing cannot be trusted.
+    responses_lost: bool,
+}
+
+impl HttpConnection {
+    /// `from_start`: the capture saw the connection's SYN, so each direction's first byte is
+    /// the first byte the peer sent.
+    pub fn new(limits: &Limits, from_start: bool) -> Self {
+        let initial = || {
+            if from_start {
+                State::Head
+            } else {
+                State::Resync { line_start: true }
+            }
+        };
+        let mut pending = VecDeque::new();
+        if !from_start {
+            // Requests sent before the capture began may still be waiting for responses.
+            pending.push_back(Pending::Lost);
+        }
+        HttpConnection {
+            max_header_bytes: limits.max_header_bytes,
+            from_start,
+            abandoned: false,
+            client: None,
+            directions: [
+                DirectionParser::new(initial()),
+                DirectionParser::new(initial()),
+            ],
+            pending,
+            next_exchange: 0,
+            responses_lost: !from_start,
+        }
+    }
+
+    /// The direction that carries requests, once known (by content: a request line vs a
+    /// status line).
+    pub fn client_direction(&self) -> Option<Direction> {
+        self.client
+    }
+
+    /// The connection does not speak HTTP (or switched protocols): the caller stops feeding it.
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned
+    }
+
+    pub fn data<S: HttpSink>(&mut self, dir: Direction, bytes: &[u8], mark: Mark, sink: &mut S) {
+        let d = dir.index();
+        let parser = &mut self.directions[d];
+        let new_segment = parser.last_mark != Some(mark);
+        parser.last_mark = Some(mark);
+        let mut rest = bytes;
+        let mut idle_steps = 0u32;
+        while !rest.is_empty() && !self.abandoned {
+            // A segment is the run of bytes sharing one mark, however the calls cut it.
+            let at_segment_start = new_segment && rest.len() == bytes.len();
+            let used = match &self.directions[d].state {
+                State::Ended => return,
+                State::Head => self.step_head(d, rest, at_segment_start, mark, sink),
+                // Messages usually begin a segment: its first byte counts as a line start.
+                State::Resync { line_start } => {
+                    let line_start = *line_start || at_segment_start;
+                    self.step_resync(d, rest, line_start, mark, sink)
+                }
+                State::RequestBody(_) => self.step_request_body(d, rest, mark, sink),
+                State::ResponseBody(_) => self.step_response_body(d, rest, mark, sink),
+            };
+            // Every step consumes bytes or moves to a state that will; this bound only keeps
+            // a mistake in that reasoning from turning into a hang on hostile input.
+            if used == 0 {
+                idle_steps += 1;
+                if idle_steps > 8 {
+                    self.note_skip(d, mark, sink);
+                    self.lose_sync(d, false);
+                    return;
+                }
+            } else {
+                idle_steps = 0;
+            }
+            rest = rest.get(used..).unwrap_or_default();
+        }
+    }
+
+    pub fn gap<S: HttpSink>(&mut self, dir: Direction, len: u64, mark: Mark, sink: &mut S) {
+        if self.abandoned || len == 0 {
+            return;
+        }
+        let d = dir.index();
+        self.directions[d].last_mark = None;
+        match &mut self.directions[d].state {
+            State::Ended => {}
+            State::Head | State::Resync { .. } => self.lose_sync(d, true),
+            State::RequestBody(framing) => match framing.gap(len) {
+                GapEffect::Kept => {}
+                GapEffect::KeptAndComplete => self.directions[d].state = State::Head,
+                GapEffect::Lost => self.lose_sync(d, true),
+            },
+            State::ResponseBody(body) => {
+                let effect = body.framing.gap(len);
+                if effect == GapEffect::Lost {
+                    if body.open {
+                        sink.body_end(body.exchange, BodyEnd::LostSync, mark);
+                    }
+                    self.lose_sync(d, true);
+                    return;
+                }
+                if body.open {
+                    if body.decoder.is_some() {
+                        // Decoding cannot continue past missing compressed bytes, and how
+                        // many decoded bytes are missing is unknown.
+                        sink.body_gap(body.exchange, 0, mark);
+                        sink.body_end(body.exchange, BodyEnd::LostSync, mark);
+                        body.open = false;
+                        body.decoder = None;
+                    } else {
+                        sink.body_gap(body.exchange, len, mark);
+                    }
+                }
+                if effect == GapEffect::KeptAndComplete {
+                    if body.open {
+                        sink.body_end(body.exchange, BodyEnd::Complete, mark);
+                    }
+                    self.directions[d].state = State::Head;
+                }
+            }
+        }
+    }
+
+    pub fn end<S: HttpSink>(&mut self, dir: Direction, how: StreamEnd, mark: Mark, sink: &mut S) {
+        if self.abandoned {
+            return;
+        }
+        let parser = &mut self.directions[dir.index()];
+        let state = mem::replace(&mut parser.state, State::Ended);
+        parser.release_head();
+        if let State::ResponseBody(body) = state
+            && body.open
+        {
+            sink.body_end(body.exchange, BodyEnd::Stream(how), mark);
+        }
+    }
+
+    // ----- steps: each consumes a prefix of `input` and returns its length -----
+
+    /// Accumulates a message head until its blank line, then parses it.
+    fn step_head<S: HttpSink>(
+        &mut self,
+        d: usize,
+        input: &[u8],
+        at_segment_start: bool,
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
+        let max = self.max_header_bytes;
+        let parser = &mut self.directions[d];
+        if parser.head.is_empty() {
+            // Blank lines between messages are tolerated (RFC 9112 section 2.2).
+            let blank = input
+                .iter()
+                .take_while(|&&b| b == b'\r' || b == b'\n')
+                .count();
+            if blank > 0 {
+                return blank;
+            }
+            parser.head_first = mark;
+            parser.scan = StartLineScan::new();
+            parser.segment_scan = None;
+            parser.kind = None;
+        } else if at_segment_start && parser.kind.is_none() {
+            // Only the newest segment is tried: one test per head keeps the cost bounded.
+            parser.segment_scan = Some(SegmentScan {
+                offset: parser.head.len(),
+                first: mark,
+                scan: StartLineScan::new(),
+                decided: None,
+            });
+        }
+        if parser.kind.is_none() {
+            match self.classify_head(d, input, mark, sink) {
+                ScanOutcome::NeedMore => {
+                    let parser = &mut self.directions[d];
+                    if parser.head.len().saturating_add(input.len()) > max {
+                        let room = max.saturating_sub(parser.head.len());
+                        self.head_too_large(d, mark, sink);
+                        return room;
+                    }
+                    parser.head.extend_from_slice(input);
+                    return input.len();
+                }
+                ScanOutcome::NotStart => return self.head_not_http(d, mark, sink),
+                ScanOutcome::Start(kind) => {
+                    if !self.kind_fits(d, kind) {
+                        return self.head_not_http(d, mark, sink);
+                    }
+                    self.set_role(d, kind);
+                    let parser = &mut self.directions[d];
+                    parser.kind = Some(kind);
+                    parser.at_stream_start = false;
+                }
+            }
+        }
+        let parser = &mut self.directions[d];
+        let room = max.saturating_sub(parser.head.len());
+        let window = input.get(..room).unwrap_or(input);
+        let prev = parser
+            .head
+            .get(parser.head.len().saturating_sub(2)..)
+            .unwrap_or_default();
+        match find_head_end(prev, window) {
+            Some(end) => {
+                parser
+                    .head
+                    .extend_from_slice(window.get(..end).unwrap_or(window));
+                self.finish_head(d, mark, sink);
+                end
+            }
+            None if input.len() > room => {
+                self.head_too_large(d, mark, sink);
+                room
+            }
+            None => {
+                parser.head.extend_from_slice(input);
+                input.len()
+            }
+        }
+    }
+
+    /// Runs the start-line tests of an undecided head over `input`. When the head turns out
+    /// not to be a message but a segment that began inside it may still be one (a message
+    /// that starts a packet right after an unterminated line), the head restarts there.
+    fn classify_head<S: HttpSink>(
+        &mut self,
+        d: usize,
+        input: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) -> ScanOutcome {
+        let first_judgement = self.from_start && self.directions[d].at_stream_start;
+        let parser = &mut self.directions[d];
+        let outcome = parser.scan.feed(input);
+        if let Some(segment) = parser.segment_scan.as_mut()
+            && segment.decided.is_none()
+        {
+            match segment.scan.feed(input) {
+                ScanOutcome::Start(kind) => segment.decided = Some(kind),
+                ScanOutcome::NotStart => parser.segment_scan = None,
+                ScanOutcome::NeedMore => {}
+            }
+        }
+        match outcome {
+            ScanOutcome::NotStart if !first_judgement => {
+                let Some(segment) = parser.segment_scan.take() else {
+                    return outcome;
+                };
+                let offset = segment.offset.min(parser.head.len());
+                parser.head.drain(..offset);
+                parser.head_first = segment.first;
+                parser.scan = segment.scan;
+                self.note_skip(d, mark, sink);
+                segment
+                    .decided
+                    .map_or(ScanOutcome::NeedMore, ScanOutcome::Start)
+            }
+            ScanOutcome::NeedMore => outcome,
+            _ => {
+                parser.segment_scan = None;
+                outcome
+            }
+        }
+    }
+
+    /// Skips bytes up to the next line that begins a request line or a status line.
+    fn step_resync<S: HttpSink>(
+        &mut self,
+        d: usize,
+        input: &[u8],
+        line_start: bool,
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
+        let wanted = self.expected_kind(d);
+        let mut previous_hit: Option<usize> = None;
+        for hit in VERSION_FINDER.find_iter(input) {
+            // Only the stretch since the previous hit is searched for a line break, so many
+            // hits on one long line cost no more than the line itself.
+            let lower = previous_hit.unwrap_or(0);
+            let since = input.get(lower..hit).unwrap_or_default();
+            let start = match memchr::memrchr(b'\n', since) {
+                Some(k) => lower + k + 1,
+                None if previous_hit.is_none() && line_start => 0,
+                None => {
+                    previous_hit = Some(hit);
+                    continue;
+                }
+            };
+            previous_hit = Some(hit);
+            let line = input.get(start..).unwrap_or_default();
+            match StartLineScan::new().feed(line) {
+                ScanOutcome::Start(kind) if wanted.is_none_or(|w| w == kind) => {
+                    return self.resync_found(d, start, mark, sink);
+                }
+                ScanOutcome::NeedMore => break,
+                _ => {}
+            }
+        }
+        // No complete start line; the unfinished last line may still become one.
+        let last_line = match memchr::memrchr(b'\n', input) {
+            Some(k) => Some(k + 1),
+            None => line_start.then_some(0),
+        };
+        if let Some(start) = last_line {
+            let line = input.get(start..).unwrap_or_default();
+            if !line.is_empty()
+                && line.len() <= self.max_header_bytes
+                && StartLineScan::new().feed(line) == ScanOutcome::NeedMore
+            {
+                return self.resync_found(d, start, mark, sink);
+            }
+        }
+        self.note_skip(d, mark, sink);
+        self.directions[d].state = State::Resync {
+            line_start: input.last() == Some(&b'\n'),
+        };
+        input.len()
+    }
+
+    fn step_request_body<S: HttpSink>(
+        &mut self,
+        d: usize,
+        input: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
+        let max = self.max_header_bytes;
+        let State::RequestBody(framing) = &mut self.directions[d].state else {
+            return 0;
+        };
+        let step = framing.advance(input, max);
+        match step.event {
+            FramingEvent::Continue => {}
+            FramingEvent::Complete => self.directions[d].state = State::Head,
+            FramingEvent::Bad(anomaly) => {
+                sink.anomaly(anomaly, mark);
+                self.lose_sync(d, false);
+            }
+        }
+        step.used
+    }
+
+    fn step_response_body<S: HttpSink>(
+        &mut self,
+        d: usize,
+        input: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
+        let max = self.max_header_bytes;
+        let State::ResponseBody(body) = &mut self.directions[d].state else {
+            return 0;
+        };
+        let step = body.framing.advance(input, max);
+        if let Some(range) = step.data
+            && let Some(bytes) = input.get(range)
+        {
+            body.deliver(bytes, mark, sink);
+        }
+        match step.event {
+            FramingEvent::Continue => {}
+            FramingEvent::Complete => {
+                body.finish(mark, sink);
+                self.directions[d].state = State::Head;
+            }
+            FramingEvent::Bad(anomaly) => {
+                sink.anomaly(anomaly, mark);
+                if body.open {
+                    sink.body_end(body.exchange, BodyEnd::Malformed, mark);
+                }
+                self.lose_sync(d, false);
+            }
+        }
+        step.used
+    }
+
+    // ----- heads -----
+
+    fn finish_head<S: HttpSink>(&mut self, d: usize, mark: Mark, sink: &mut S) {
+        let parser = &mut self.directions[d];
+        let head = mem::take(&mut parser.head);
+        let first = parser.head_first;
+        match parser.kind.take() {
+            Some(MessageKind::Request) => self.finish_request(d, &head, first, mark, sink),
+            Some(MessageKind::Response) => self.finish_response(d, &head, first, mark, sink),
+            None => self.lose_sync(d, true),
+        }
+        let parser = &mut self.directions[d];
+        if parser.head.is_empty() && head.capacity() <= RETAINED_HEAD_CAPACITY {
+            let mut head = head;
+            head.clear();
+            parser.head = head;
+        }
+    }
+
+    fn finish_request<S: HttpSink>(
+        &mut self,
+        d: usize,
+        head: &[u8],
+        first: Mark,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        match parser_config().parse_request(&mut request, head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Err(httparse::Error::TooManyHeaders) => {
+                sink.anomaly(Anomaly::HeaderTooLarge, mark);
+                self.lose_sync(d, true);
+                return;
+            }
+            _ => {
+                self.note_skip(d, mark, sink);
+                self.lose_sync(d, true);
+                return;
+            }
+        }
+        let facts = HeadFacts::from_headers(request.headers);
+        let method = request.method.unwrap_or_default();
+        let exchange = self.allocate_exchange();
+        self.push_pending(Pending::Request(PendingRequest {
+            exchange,
+            bodiless_response: method == "HEAD",
+            tunnel: method == "CONNECT",
+            complete: mark,
+        }));
+        sink.request(RequestHead {
+            exchange,
+            method: method.to_owned(),
+            target: request.path.unwrap_or_default().to_owned(),
+            session_id: facts.session_id,
+            last_event_id: facts.last_event_id,
+            protocol_version: facts.protocol_version,
+            first,
+            complete: mark,
+        });
+        self.directions[d].skipping = false;
+        let framing = match (facts.transfer_chunked, facts.content_length) {
+            (Some(true), _) => Some(BodyFraming::chunked()),
+            // A request body with a transfer coding other than chunked has no knowable
+            // end (RFC 9112 section 6.3).
+            (Some(false), _) => {
+                self.lose_sync(d, true);
+                return;
+            }
+            (None, ContentLength::Invalid) => {
+                sink.anomaly(Anomaly::BadContentLength, mark);
+                self.lose_sync(d, true);
+                return;
+            }
+            (None, ContentLength::Value(n)) if n > 0 => Some(BodyFraming::Length(n)),
+            (None, _) => None,
+        };
+        self.directions[d].state = match framing {
+            Some(framing) => State::RequestBody(framing),
+            None => State::Head,
+        };
+    }
+
+    fn finish_response<S: HttpSink>(
+        &mut self,
+        d: usize,
+        head: &[u8],
+        first: Mark,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut headers);
+        match parser_config().parse_response(&mut response, head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Err(httparse::Error::TooManyHeaders) => {
+                sink.anomaly(Anomaly::HeaderTooLarge, mark);
+                self.lose_sync(d, true);
+                return;
+            }
+            _ => {
+                self.note_skip(d, mark, sink);
+                self.lose_sync(d, true);
+                return;
+            }
+        }
+        let status = response.code.unwrap_or_default();
+        self.directions[d].skipping = false;
+        self.directions[d].state = State::Head;
+        if (100..200).contains(&status) && status != 101 {
+            // Interim response: the request still waits for its final one.
+            return;
+        }
+        let facts = HeadFacts::from_headers(response.headers);
+        let (exchange, request) = self.pair_response(first);
+        if request.is_none() {
+            sink.anomaly(Anomaly::UnpairedResponse, mark);
+        }
+        let encoding = facts
+            .content_encoding
+            .as_deref()
+            .map_or(ContentCoding::Identity, ContentCoding::parse);
+        sink.response(ResponseHead {
+            exchange,
+            status,
+            content_type: facts.content_type,
+            session_id: facts.session_id,
+            content_encoding: facts.content_encoding,
+            first,
+            complete: mark,
+        });
+        let tunnel = request.is_some_and(|r| r.tunnel) && (200..300).contains(&status);
+        if status == 101 || tunnel {
+            sink.body_end(exchange, BodyEnd::Complete, mark);
+            self.abandon(mark, sink);
+            return;
+        }
+        let bodiless = request.is_some_and(|r| r.bodiless_response)
+            || (100..200).contains(&status)
+            || status == 204
+            || status == 304;
+        let framing = if bodiless {
+            None
+        } else {
+            match (facts.transfer_chunked, facts.content_length) {
+                (Some(true), _) => Some(BodyFraming::chunked()),
+                (Some(false), _) => Some(BodyFraming::UntilClose),
+                (None, ContentLength::Invalid) => {
+                    sink.anomaly(Anomaly::BadContentLength, mark);
+                    sink.body_end(exchange, BodyEnd::Malformed, mark);
+                    self.lose_sync(d, true);
+                    return;
+                }
+                (None, ContentLength::Value(0)) => None,
+                (None, ContentLength::Value(n)) => Some(BodyFraming::Length(n)),
+                (None, ContentLength::Absent) => Some(BodyFraming::UntilClose),
+            }
+        };
+        let Some(framing) = framing else {
+            sink.body_end(exchange, BodyEnd::Complete, mark);
+            return;
+        };
+        let mut body = ResponseBody {
+            exchange,
+            framing,
+            decoder: None,
+            open: true,
+        };
+        match encoding {
+            ContentCoding::Identity => {}
+            ContentCoding::Gzip => body.decoder = Some(Box::new(ContentDecoder::gzip())),
+            ContentCoding::Deflate => body.decoder = Some(Box::new(ContentDecoder::deflate())),
+            ContentCoding::Unsupported => {
+                // The body is still followed for framing, but nothing of it can be read.
+                sink.anomaly(Anomaly::BadContentEncoding, mark);
+                sink.body_end(exchange, BodyEnd::Malformed, mark);
+                body.open = false;
+            }
+        }
+        self.directions[d].state = State::ResponseBody(body);
+    }
+
+    /// The head grew beyond `Limits::max_header_bytes`: drop it and skip to the next head.
+    fn head_too_large<S: HttpSink>(&mut self, d: usize, mark: Mark, sink: &mut S) {
+        sink.anomaly(Anomaly::HeaderTooLarge, mark);
+        self.lose_sync(d, false);
+    }
+
+    /// The bytes where a head was expected are not one. Consumes nothing: the resync that
+    /// follows skips the rest of the line.
+    fn head_not_http<S: HttpSink>(&mut self, d: usize, mark: Mark, sink: &mut S) -> usize {
+        if self.from_start && self.directions[d].at_stream_start {
+            self.abandon(mark, sink);
+            return 0;
+        }
+        if !self.directions[d].head.is_empty() {
+            self.note_skip(d, mark, sink);
+        }
+        self.lose_sync(d, false);
+        0
+    }
+
+    fn resync_found<S: HttpSink>(
+        &mut self,
+        d: usize,
+        start: usize,
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
+        if start > 0 {
+            self.note_skip(d, mark, sink);
+        }
+        let parser = &mut self.directions[d];
+        parser.head.clear();
+        parser.kind = None;
+        parser.state = State::Head;
+        start
+    }
+
+    // ----- connection-level bookkeeping -----
+
+    /// The direction stops following framing and searches for the next message head.
+    /// Whatever it skips may hold messages, so pairing becomes uncertain.
+    fn lose_sync(&mut self, d: usize, line_start: bool) {
+        let parser = &mut self.directions[d];
+        parser.state = State::Resync { line_start };
+        parser.at_stream_start = false;
+        parser.release_head();
+        match self.expected_kind(d) {
+            Some(MessageKind::Request) => self.push_pending(Pending::Lost),
+            Some(MessageKind::Response) => self.responses_lost = true,
+            None => {
+                self.push_pending(Pending::Lost);
+                self.responses_lost = true;
+            }
+        }
+    }
+
+    /// Reports `Resynchronized` at the first skipped byte of a run.
+    fn note_skip<S: HttpSink>(&mut self, d: usize, mark: Mark, sink: &mut S) {
+        let parser = &mut self.directions[d];
+        if !parser.skipping {
+            parser.skipping = true;
+            sink.anomaly(Anomaly::Resynchronized, mark);
+        }
+    }
+
+    fn abandon<S: HttpSink>(&mut self, mark: Mark, sink: &mut S) {
+        self.abandoned = true;
+        for parser in &mut self.directions {
+            let state = mem::replace(&mut parser.state, State::Ended);
+            parser.release_head();
+            if let State::ResponseBody(body) = state
+                && body.open
+            {
+                sink.body_end(body.exchange, BodyEnd::Stream(StreamEnd::Abandoned), mark);
+            }
+        }
+        self.pending.clear();
+    }
+
+    fn expected_kind(&self, d: usize) -> Option<MessageKind> {
+        self.client.map(|client| {
+            if client.index() == d {
+                MessageKind::Request
+            } else {
+                MessageKind::Response
+            }
+        })
+    }
+
+    fn kind_fits(&self, d: usize, kind: MessageKind) -> bool {
+        self.expected_kind(d).is_none_or(|wanted| wanted == kind)
+    }
+
+    fn set_role(&mut self, d: usize, kind: MessageKind) {
+        if self.client.is_none() {
+            let dir = if d == 0 {
+                Direction::Forward
+            } else {
+                Direction::Reverse
+            };
+            self.client = Some(match kind {
+                MessageKind::Request => dir,
+                MessageKind::Response => dir.other(),
+            });
+        }
+    }
+
+    fn allocate_exchange(&mut self) -> u32 {
+        let exchange = self.next_exchange;
+        self.next_exchange = exchange.saturating_add(1);
+        exchange
+    }
+
+    fn push_pending(&mut self, entry: Pending) {
+        if entry == Pending::Lost && self.pending.back() == Some(&Pending::Lost) {
+            return;
+        }
+        if self.pending.len() >= MAX_PENDING_REQUESTS {
+            while self.pending.len() >= MAX_PENDING_REQUESTS - 1 {
+                self.pending.pop_front();
+            }
+            if self.pending.front() != Some(&Pending::Lost) {
+                self.pending.push_front(Pending::Lost);
+            }
+        }
+        self.pending.push_back(entry);
+    }
+
+    /// The exchange a final response belongs to, and its request when known.
+    fn pair_response(&mut self, response_first: Mark) -> (u32, Option<PendingRequest>) {
+        let uncertain = self.responses_lost || self.pending.contains(&Pending::Lost);
+        if !uncertain {
+            if let Some(Pending::Request(request)) = self.pending.pop_front() {
+                return (request.exchange, Some(request));
+            }
+            return (self.allocate_exchange(), None);
+        }
+        let newest_before = self.pending.iter().rposition(|entry| {
+            matches!(entry, Pending::Request(r) if r.complete.frame <= response_first.frame)
+        });
+        if let Some(index) = newest_before
+            && let Some(Pending::Request(request)) = self.pending.get(index).copied()
+        {
+            self.pending.drain(..=index);
+            self.responses_lost = false;
+            return (request.exchange, Some(request));
+        }
+        (self.allocate_exchange(), None)
+    }
+}
+
+// ----- per-direction state -----
+
+/// What one direction is doing.
+enum State {
+    /// Expecting or accumulating a message head (the start of a stream, or after a message).
+    Head,
+    /// Skipping to the next start line; `line_start`: the next byte begins a line.
+    Resync { line_start: bool },
+    /// Following a request body's framing without delivering it.
+    RequestBody(BodyFraming),
+    /// Delivering a response body.
+    ResponseBody(ResponseBody),
+    /// The direction ended.
+    Ended,
+}
+
+struct DirectionParser {
+    state: State,
+    /// Bytes of the head being accumulated (bounded by `Limits::max_header_bytes`).
+    head: Vec<u8>,
+    head_first: Mark,
+    scan: StartLineScan,
+    /// Start-line test of the segment that began inside an undecided head.
+    segment_scan: Option<SegmentScan>,
+    /// Mark of the last bytes given, to tell where a new segment begins.
+    last_mark: Option<Mark>,
+    /// Kind of the head being accumulated, once its start line is recognised.
+    kind: Option<MessageKind>,
+    /// No byte of this direction has been judged yet: failing the first judgement abandons
+    /// a connection seen from its start.
+    at_stream_start: bool,
+    /// Inside a run of skipped bytes (already reported as `Resynchronized`).
+    skipping: bool,
+}
+
+impl DirectionParser {
+    fn new(state: State) -> Self {
+        DirectionParser {
+            state,
+            head: Vec::new(),
+            head_first: Mark::default(),
+            scan: StartLineScan::new(),
+            segment_scan: None,
+            last_mark: None,
+            kind: None,
+            at_stream_start: true,
+            skipping: false,
+        }
+    }
+
+    fn release_head(&mut self) {
+        if self.head.capacity() > RETAINED_HEAD_CAPACITY {
+            self.head = Vec::new();
+        } else {
+            self.head.clear();
+        }
+        self.kind = None;
+        self.segment_scan = None;
+    }
+}
+
+/// A candidate message head beginning at a segment start inside an undecided head.
+#[derive(Clone, Copy, Debug)]
+struct SegmentScan {
+    /// Where the segment begins in the head buffer.
+    offset: usize,
+    first: Mark,
+    scan: StartLineScan,
+    /// Decided a start line while the head's own test was still undecided.
+    decided: Option<MessageKind>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MessageKind {
+    Request,
+    Response,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingRequest {
+    exchange: u32,
+    /// A HEAD request: its response has no body whatever its headers say.
+    bodiless_response: bool,
+    /// A CONNECT request: a 2xx answer turns the connection into a tunnel.
+    tunnel: bool,
+    complete: Mark,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pending {
+    Request(PendingRequest),
+    /// Some requests (any number) may have been lost here.
+    Lost,
+}
+
+struct ResponseBody {
+    exchange: u32,
+    framing: BodyFraming,
+    decoder: Option<Box<ContentDecoder>>,
+    /// `body_end` not yet delivered; once it is, the framing is still followed silently.
+    open: bool,
+}
+
+impl ResponseBody {
+    fn deliver<S: HttpSink>(&mut self, bytes: &[u8], mark: Mark, sink: &mut S) {
+        if !self.open || bytes.is_empty() {
+            return;
+        }
+        let exchange = self.exchange;
+        let Some(decoder) = self.decoder.as_mut() else {
+            sink.body(exchange, bytes, mark);
+            return;
+        };
+        let decoded = decoder.feed(bytes, |out| sink.body(exchange, out, mark));
+        if decoded.is_err() {
+            sink.anomaly(Anomaly::BadContentEncoding, mark);
+            sink.body_end(exchange, BodyEnd::Malformed, mark);
+            self.open = false;
+            self.decoder = None;
+        }
+    }
+
+    /// The framing says the body is over.
+    fn finish<S: HttpSink>(&mut self, mark: Mark, sink: &mut S) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        if self.decoder.as_ref().is_some_and(|d| !d.at_end()) {
+            // The body ended inside the compressed stream.
+            sink.anomaly(Anomaly::BadContentEncoding, mark);
+            sink.body_end(self.exchange, BodyEnd::Malformed, mark);
+        } else {
+            sink.body_end(self.exchange, BodyEnd::Complete, mark);
+        }
+        self.decoder = None;
+    }
+}
+
+// ----- start lines -----
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScanOutcome {
+    /// Every byte so far fits a start line; more are needed to decide.
+    NeedMore,
+    /// The bytes begin a request line or a status line (up to and including `HTTP/1.`).
+    Start(MessageKind),
+    /// The bytes cannot begin a start line.
+    NotStart,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestLineScan {
+    /// Bytes of the method so far.
+    Method(u8),
+    /// Inside the request target; `true` once it has a byte.
+    Target(bool),
+    /// Bytes of `HTTP/1.` matched after the target.
+    Version(u8),
+    Dead,
+}
+
+/// Incremental test of whether a line begins `method SP target SP HTTP/1.` or `HTTP/1.`,
+/// decided at the first byte that rules both out, so non-HTTP streams are recognised from
+/// their first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StartLineScan {
+    /// Bytes of `HTTP/1.` matched at the start of the line, `None` once ruled out.
+    status: Option<u8>,
+    request: RequestLineScan,
+}
+
+impl StartLineScan {
+    const fn new() -> Self {
+        StartLineScan {
+            status: Some(0),
+            request: RequestLineScan::Method(0),
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) -> ScanOutcome {
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            if let Some(n) = self.status {
+                if VERSION_PREFIX.get(usize::from(n)) == Some(&b) {
+                    if usize::from(n) + 1 == VERSION_PREFIX.len() {
+                        return ScanOutcome::Start(MessageKind::Response);
+                    }
+                    self.status = Some(n + 1);
+                } else {
+                    self.status = None;
+                }
+            }
+            self.request = match self.request {
+                RequestLineScan::Method(n) if is_token_byte(b) && n < MAX_METHOD_LEN => {
+                    RequestLineScan::Method(n + 1)
+                }
+                RequestLineScan::Method(n) if b == b' ' && n > 0 => RequestLineScan::Target(false),
+                RequestLineScan::Target(has_byte) => {
+                    // A status line never has a space before `HTTP/1.` is matched, so only
+                    // the request line is alive here and the target can be skipped by scan.
+                    let rest = bytes.get(i..).unwrap_or_default();
+                    match memchr::memchr3(b' ', b'\r', b'\n', rest) {
+                        None => {
+                            self.request = RequestLineScan::Target(has_byte || !rest.is_empty());
+                            return ScanOutcome::NeedMore;
+                        }
+                        Some(k) => {
+                            i += k;
+                            let nonempty = has_byte || k > 0;
+                            if bytes.get(i) == Some(&b' ') && nonempty {
+                                RequestLineScan::Version(0)
+                            } else {
+                                RequestLineScan::Dead
+                            }
+                        }
+                    }
+                }
+                RequestLineScan::Version(n) if VERSION_PREFIX.get(usize::from(n)) == Some(&b) => {
+                    if usize::from(n) + 1 == VERSION_PREFIX.len() {
+                        return ScanOutcome::Start(MessageKind::Request);
+                    }
+                    RequestLineScan::Version(n + 1)
+                }
+                _ => RequestLineScan::Dead,
+            };
+            if self.status.is_none() && self.request == RequestLineScan::Dead {
+                return ScanOutcome::NotStart;
+            }
+            i += 1;
+        }
+        ScanOutcome::NeedMore
+    }
+}
+
+/// `tchar` of RFC 9110 section 5.6.2.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// End (exclusive, in `input`) of the blank line that ends a head: `\n\n` or `\n\r\n`, which
+/// covers CRLF, LF and mixed line ends. `prev` holds the last bytes already buffered, so a
+/// terminator split across calls is found.
+fn find_head_end(prev: &[u8], input: &[u8]) -> Option<usize> {
+    let prev = prev.get(prev.len().saturating_sub(2)..).unwrap_or_default();
+    let mut joint = [0u8; 4];
+    let mut joint_len = 0;
+    for &b in prev.iter().chain(input.iter().take(2)) {
+        if let Some(slot) = joint.get_mut(joint_len) {
+            *slot = b;
+            joint_len += 1;
+        }
+    }
+    // Terminators whose last byte is one of the first two input bytes.
+    for e in prev.len()..joint_len {
+        let at = |i: usize| joint.get(i).copied();
+        if at(e) != Some(b'\n') {
+            continue;
+        }
+        let lf_lf = e >= 1 && at(e - 1) == Some(b'\n');
+        let lf_cr_lf = e >= 2 && at(e - 1) == Some(b'\r') && at(e - 2) == Some(b'\n');
+        if lf_lf || lf_cr_lf {
+            return Some(e - prev.len() + 1);
+        }
+    }
+    for i in memchr::memchr_iter(b'\n', input) {
+        match (input.get(i + 1), input.get(i + 2)) {
+            (Some(b'\n'), _) => return Some(i + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn parser_config() -> httparse::ParserConfig {
+    let mut config = httparse::ParserConfig::default();
+    // Captures come from real servers: tolerate the header quirks browsers tolerate.
+    config
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true)
+        .ignore_invalid_headers_in_responses(true)
+        .ignore_invalid_headers_in_requests(true);
+    config
+}
+
+// ----- header facts -----
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum ContentLength {
+    #[default]
+    Absent,
+    Value(u64),
+    /// Not a number, negative, or conflicting values.
+    Invalid,
+}
+
+impl ContentLength {
+    /// Folds one `Content-Length` field value (possibly a list of equal values) in.
+    fn add_field(self, value: &[u8]) -> ContentLength {
+        let mut current = self;
+        for item in value.split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            let parsed = parse_decimal(item);
+            current = match (current, parsed) {
+                (ContentLength::Invalid, _) | (_, None) => ContentLength::Invalid,
+                (ContentLength::Absent, Some(n)) => ContentLength::Value(n),
+                (ContentLength::Value(old), Some(n)) if old == n => ContentLength::Value(n),
+                (ContentLength::Value(_), Some(_)) => ContentLength::Invalid,
+            };
+        }
+        current
+    }
+}
+
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |acc, &b| {
+        if b.is_ascii_digit() {
+            acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// The header facts this stage and later ones use.
+#[derive(Debug, Default)]
+struct HeadFacts {
+    content_length: ContentLength,
+    /// `Some(true)` when the last transfer coding is chunked, `Some(false)` for another
+    /// last coding, `None` without Transfer-Encoding.
+    transfer_chunked: Option<bool>,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    session_id: Option<String>,
+    last_event_id: Option<String>,
+    protocol_version: Option<String>,
+}
+
+impl HeadFacts {
+    fn from_headers(headers: &[httparse::Header<'_>]) -> HeadFacts {
+        let mut facts = HeadFacts::default();
+        for header in headers {
+            let name = header.name;
+            let value = header.value;
+            if name.eq_ignore_ascii_case("content-length") {
+                facts.content_length = facts.content_length.add_field(value);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                let last = value
+                    .split(|&b| b == b',')
+                    .map(<[u8]>::trim_ascii)
+                    .rfind(|coding| !coding.is_empty());
+                if let Some(coding) = last {
+                    facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+                }
+            } else if name.eq_ignore_ascii_case("content-encoding") {
+                let value = text(value);
+                match &mut facts.content_encoding {
+                    Some(all) => {
+                        all.push_str(", ");
+                        all.push_str(&value);
+                    }
+                    None => facts.content_encoding = Some(value),
+                }
+            } else if name.eq_ignore_ascii_case("content-type") {
+                facts.content_type.get_or_insert_with(|| text(value));
+            } else if name.eq_ignore_ascii_case("mcp-session-id") {
+                facts.session_id.get_or_insert_with(|| text(value));
+            } else if name.eq_ignore_ascii_case("last-event-id") {
+                facts.last_event_id.get_or_insert_with(|| text(value));
+            } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
+                facts.protocol_version.get_or_insert_with(|| text(value));
+            }
+        }
+        facts
+    }
+}
+
+fn text(value: &[u8]) -> String {
+    String::from_utf8_lossy(value).into_owned()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ContentCoding {
+    Identity,
+    Gzip,
+    Deflate,
+    /// br, zstd, compress, layered codings: nothing of the body can be read.
+    Unsupported,
+}
+
+impl ContentCoding {
+    fn parse(value: &str) -> ContentCoding {
+        let mut codings = value
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
+        match (codings.next(), codings.next()) {
+            (None, _) => ContentCoding::Identity,
+            (Some(c), None)
+                if c.eq_ignore_ascii_case("gzip") || c.eq_ignore_ascii_case("x-gzip") =>
+            {
+                ContentCoding::Gzip
+            }
+            (Some(c), None) if c.eq_ignore_ascii_case("deflate") => ContentCoding::Deflate,
+            _ => ContentCoding::Unsupported,
+        }
+    }
+}
+
+// ----- body framing -----
+
+/// Where a body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyFraming {
+    /// Content-Length: bytes still to come.
+    Length(u64),
+    Chunked(ChunkState),
+    /// Delimited by the end of the connection.
+    UntilClose,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkState {
+    /// Inside a chunk-size line: the value so far, whether it has a digit, whether the
+    /// digits are over (extensions or line end follow), and the line's length so far.
+    Size {
+        value: u64,
+        has_digit: bool,
+        digits_done: bool,
+        line_len: usize,
+    },
+    /// Chunk data bytes still to come.
+    Data(u64),
+    /// The CRLF after chunk data; `seen_cr` once its CR went by.
+    DataEnd { seen_cr: bool },
+    /// Trailer section after the last chunk: the current line's length and first byte, and
+    /// the section's length so far.
+    Trailer {
+        line_len: usize,
+        line_first: u8,
+        total: usize,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FramingEvent {
+    Continue,
+    Complete,
+    Bad(Anomaly),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FramingStep {
+    used: usize,
+    /// Body bytes within the input.
+    data: Option<Range<usize>>,
+    event: FramingEvent,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GapEffect {
+    /// The gap lies inside the body's data: framing goes on.
+    Kept,
+    /// As `Kept`, and the body's last bytes were in the gap.
+    KeptAndComplete,
+    /// The gap covers framing bytes or reaches past the body.
+    Lost,
+}
+
+impl BodyFraming {
+    fn chunked() -> Self {
+        BodyFraming::Chunked(ChunkState::new_size())
+    }
+
+    /// Consumes one piece of framing from `input`. `max_line` bounds chunk-size lines and
+    /// the trailer section.
+    fn advance(&mut self, input: &[u8], max_line: usize) -> FramingStep {
+        match self {
+            BodyFraming::Length(remaining) => {
+                let take = take_up_to(remaining, input.len());
+                let event = if *remaining == 0 {
+                    FramingEvent::Complete
+                } else {
+                    FramingEvent::Continue
+                };
+                FramingStep {
+                    used: take,
+                    data: Some(0..take),
+                    event,
+                }
+            }
+            BodyFraming::UntilClose => FramingStep {
+                used: input.len(),
+                data: Some(0..input.len()),
+                event: FramingEvent::Continue,
+            },
+            BodyFraming::Chunked(chunk) => chunk.advance(input, max_line),
+        }
+    }
+
+    fn gap(&mut self, len: u64) -> GapEffect {
+        match self {
+            BodyFraming::Length(remaining) if len <= *remaining => {
+                *remaining -= len;
+                if *remaining == 0 {
+                    GapEffect::KeptAndComplete
+                } else {
+                    GapEffect::Kept
+                }
+            }
+            BodyFraming::UntilClose => GapEffect::Kept,
+            BodyFraming::Chunked(ChunkState::Data(remaining)) if len <= *remaining => {
+                *remaining -= len;
+                if *remaining == 0 {
+                    *self = BodyFraming::Chunked(ChunkState::DataEnd { seen_cr: false });
+                }
+                GapEffect::Kept
+            }
+            _ => GapEffect::Lost,
+        }
+    }
+}
+
+/// Takes up to `available` of the `remaining` bytes, returning how many were taken.
+fn take_up_to(remaining: &mut u64, available: usize) -> usize {
+    let take = usize::try_from(*remaining).map_or(available, |r| r.min(available));
+    // `take` is at most `remaining`, so the subtraction cannot wrap.
+    *remaining -= take as u64;
+    take
+}
+
+impl ChunkState {
+    fn new_size() -> Self {
+        ChunkState::Size {
+            value: 0,
+            has_digit: false,
+            digits_done: false,
+            line_len: 0,
+        }
+    }
+
+    fn advance(&mut self, input: &[u8], max_line: usize) -> FramingStep {
+        let bad = |used: usize| FramingStep {
+            used,
+            data: None,
+            event: FramingEvent::Bad(Anomaly::BadChunk),
+        };
+        let step = |used: usize, event: FramingEvent| FramingStep {
+            used,
+            data: None,
+            event,
+        };
+        match self {
+            ChunkState::Size {
+                value,
+                has_digit,
+                digits_done,
+                line_len,
+            } => {
+                let mut i = 0;
+                while let Some(&b) = input.get(i) {
+                    if *digits_done {
+                        // Extensions are ignored: skip to the line end by scan.
+                        let rest = input.get(i..).unwrap_or_default();
+                        match memchr::memchr(b'\n', rest) {
+                            Some(k) => i += k,
+                            None => {
+                                i = input.len();
+                                break;
+                            }
+                        }
+                    } else if let Some(digit) = hex_value(b) {
+                        match value.checked_mul(16).and_then(|v| v.checked_add(digit)) {
+                            Some(v) => *value = v,
+                            None => return bad(i),
+                        }
+                        *has_digit = true;
+                        i += 1;
+                        continue;
+                    } else if *has_digit && matches!(b, b';' | b' ' | b'\t' | b'\r') {
+                        *digits_done = true;
+                        i += 1;
+                        continue;
+                    } else if b != b'\n' {
+                        return bad(i);
+                    }
+                    // `input[i]` is the line's LF.
+                    if !*has_digit || line_len.saturating_add(i) > max_line {
+                        return bad(i);
+                    }
+                    *self = if *value == 0 {
+                        ChunkState::Trailer {
+                            line_len: 0,
+                            line_first: 0,
+                            total: 0,
+                        }
+                    } else {
+                        ChunkState::Data(*value)
+                    };
+                    return step(i + 1, FramingEvent::Continue);
+                }
+                *line_len = line_len.saturating_add(i);
+                if *line_len > max_line {
+                    return bad(i);
+                }
+                step(i, FramingEvent::Continue)
+            }
+            ChunkState::Data(remaining) => {
+                let take = take_up_to(remaining, input.len());
+                if *remaining == 0 {
+                    *self = ChunkState::DataEnd { seen_cr: false };
+                }
+                FramingStep {
+                    used: take,
+                    data: Some(0..take),
+                    event: FramingEvent::Continue,
+                }
+            }
+            ChunkState::DataEnd { seen_cr } => match input.first() {
+                Some(b'\r') if !*seen_cr => {
+                    *seen_cr = true;
+                    step(1, FramingEvent::Continue)
+                }
+                Some(b'\n') => {
+                    *self = ChunkState::new_size();
+                    step(1, FramingEvent::Continue)
+                }
+                Some(_) => bad(0),
+                None => step(0, FramingEvent::Continue),
+            },
+            ChunkState::Trailer {
+                line_len,
+                line_first,
+                total,
+            } => {
+                let Some(k) = memchr::memchr(b'\n', input) else {
+                    if *line_len == 0
+                        && let Some(&b) = input.first()
+                    {
+                        *line_first = b;
+                    }
+                    *line_len = line_len.saturating_add(input.len());
+                    *total = total.saturating_add(input.len());
+                    if *total > max_line {
+                        return FramingStep {
+                            used: input.len(),
+                            data: None,
+                            event: FramingEvent::Bad(Anomaly::HeaderTooLarge),
+                        };
+                    }
+                    return step(input.len(), FramingEvent::Continue);
+                };
+                let first = if *line_len > 0 {
+                    *line_first
+                } else {
+                    input.first().copied().unwrap_or(b'\n')
+                };
+                let len = line_len.saturating_add(k);
+                let blank = len == 0 || (len == 1 && first == b'\r');
+                *total = total.saturating_add(k + 1);
+                if blank {
+                    return step(k + 1, FramingEvent::Complete);
+                }
+                if *total > max_line {
+                    return FramingStep {
+                        used: k + 1,
+                        data: None,
+                        event: FramingEvent::Bad(Anomaly::HeaderTooLarge),
+                    };
+                }
+                *line_len = 0;
+                *line_first = 0;
+                step(k + 1, FramingEvent::Continue)
+            }
+        }
+    }
+}
+
+fn hex_value(b: u8) -> Option<u64> {
+    char::from(b).to_digit(16).map(u64::from)
+}
+
+// ----- content decoding -----
+
+const GZIP_FLAG_HCRC: u8 = 0x02;
+const GZIP_FLAG_EXTRA: u8 = 0x04;
+const GZIP_FLAG_NAME: u8 = 0x08;
+const GZIP_FLAG_COMMENT: u8 = 0x10;
+const GZIP_FLAG_RESERVED: u8 = 0xE0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DecodeState {
+    /// Gzip member header: bytes of its fixed 10-byte part read so far.
+    GzipFixed {
+        have: usize,
+    },
+    /// Gzip FEXTRA length: bytes read and the value so far.
+    GzipExtraLen {
+        have: usize,
+        len: usize,
+    },
+    GzipExtra {
+        remaining: usize,
+    },
+    GzipName,
+    GzipComment,
+    GzipHeaderCrc {
+        remaining: usize,
+    },
+    /// Deflate body: waiting for its first two bytes to tell zlib from raw deflate.
+    DeflateSniff {
+        first: Option<u8>,
+    },
+    Inflate,
+    /// Gzip CRC-32 and size trailer: skipped, not checked (the HTTP framing bounds the body).
+    GzipTrailer {
+        remaining: usize,
+    },
+    /// A gzip member ended; another one may follow.
+    GzipMemberEnd,
+    /// The compressed stream is over; anything after it is ignored.
+    Done,
+}
+
+/// Incremental gzip / deflate decoder of one response body.
+struct ContentDecoder {
+    gzip: bool,
+    state: DecodeState,
+    fixed: [u8; 10],
+    flags: u8,
+    inflate: Decompress,
+    out: Vec<u8>,
+    fed_any: bool,
+}
+
+impl ContentDecoder {
+    fn gzip() -> Self {
+        Self::with_state(true, DecodeState::GzipFixed { have: 0 })
+    }
+
+    fn deflate() -> Self {
+        Self::with_state(false, DecodeState::DeflateSniff { first: None })
+    }
+
+    fn with_state(gzip: bool, state: DecodeState) -> Self {
+        ContentDecoder {
+            gzip,
+            state,
+            fixed: [0; 10],
+            flags: 0,
+            inflate: Decompress::new(false),
+            out: vec![0; DECODE_BUFFER_BYTES],
+            fed_any: false,
+        }
+    }
+
+    /// True when the compressed stream ended cleanly (or never began: an empty body).
+    fn at_end(&self) -> bool {
+        !self.fed_any || matches!(self.state, DecodeState::Done | DecodeState::GzipMemberEnd)
+    }
+
+    /// Decodes `input`, handing decoded bytes to `emit`. `Err` on data that does not decode.
+    fn feed(&mut self, mut input: &[u8], mut emit: impl FnMut(&[u8])) -> Result<(), ()> {
+        if !input.is_empty() {
+            self.fed_any = true;
+        }
+        while !input.is_empty() {
+            let used = match self.state {
+                DecodeState::GzipFixed { have } => {
+                    let take = (self.fixed.len() - have).min(input.len());
+                    let (src, dst) = (
+                        input.get(..take).ok_or(())?,
+                        self.fixed.get_mut(have..have + take).ok_or(())?,
+                    );
+                    dst.copy_from_slice(src);
+                    let have = have + take;
+                    self.state = if have < self.fixed.len() {
+                        DecodeState::GzipFixed { have }
+                    } else {
+                        let [id1, id2, method, flags, ..] = self.fixed;
+                        if id1 != 0x1f
+                            || id2 != 0x8b
+                            || method != 8
+                            || flags & GZIP_FLAG_RESERVED != 0
+                        {
+                            return Err(());
+                        }
+                        self.flags = flags;
+                        self.inflate.reset(false);
+                        self.after_extra_field(flags & GZIP_FLAG_EXTRA != 0)
+                    };
+                    take
+                }
+                DecodeState::GzipExtraLen { have, len } => {
+                    let b = usize::from(*input.first().ok_or(())?);
+                    let len = len | (b << (8 * have));
+                    self.state = if have == 0 {
+                        DecodeState::GzipExtraLen { have: 1, len }
+                    } else {
+                        DecodeState::GzipExtra { remaining: len }
+                    };
+                    1
+                }
+                DecodeState::GzipExtra { remaining } => {
+                    let take = remaining.min(input.len());
+                    self.state = if take == remaining {
+                        self.after_extra_field(false)
+                    } else {
+                        DecodeState::GzipExtra {
+                            remaining: remaining - take,
+                        }
+                    };
+                    take
+                }
+                DecodeState::GzipName | DecodeState::GzipComment => {
+                    match memchr::memchr(0, input) {
+                        Some(k) => {
+                            self.state = if self.state == DecodeState::GzipName {
+                                self.after_name()
+                            } else {
+                                self.after_comment()
+                            };
+                            k + 1
+                        }
+                        None => input.len(),
+                    }
+                }
+                DecodeState::GzipHeaderCrc { remaining } => {
+                    let take = remaining.min(input.len());
+                    self.state = if take == remaining {
+                        DecodeState::Inflate
+                    } else {
+                        DecodeState::GzipHeaderCrc {
+                            remaining: remaining - take,
+                        }
+                    };
+                    take
+                }
+                DecodeState::DeflateSniff { first: None } => match input {
+                    [b0, b1, ..] => {
+                        self.inflate.reset(is_zlib_header(*b0, *b1));
+                        self.state = DecodeState::Inflate;
+                        0
+                    }
+                    [b0] => {
+                        self.state = DecodeState::DeflateSniff { first: Some(*b0) };
+                        1
+                    }
+                    [] => 0,
+                },
+                DecodeState::DeflateSniff { first: Some(b0) } => {
+                    let b1 = *input.first().ok_or(())?;
+                    self.inflate.reset(is_zlib_header(b0, b1));
+                    self.state = DecodeState::Inflate;
+                    self.inflate_some(&[b0], &mut emit)?;
+                    0
+                }
+                DecodeState::Inflate => self.inflate_some(input, &mut emit)?,
+                DecodeState::GzipTrailer { remaining } => {
+                    let take = remaining.min(input.len());
+                    self.state = if take == remaining {
+                        DecodeState::GzipMemberEnd
+                    } else {
+                        DecodeState::GzipTrailer {
+                            remaining: remaining - take,
+                        }
+                    };
+                    take
+                }
+                DecodeState::GzipMemberEnd => {
+                    // Another member may follow; anything else is trailing padding.
+                    self.state = if input.first() == Some(&0x1f) {
+                        DecodeState::GzipFixed { have: 0 }
+                    } else {
+                        DecodeState::Done
+                    };
+                    0
+                }
+                DecodeState::Done => input.len(),
+            };
+            input = input.get(used..).unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    fn after_extra_field(&self, has_extra: bool) -> DecodeState {
+        if has_extra {
+            DecodeState::GzipExtraLen { have: 0, len: 0 }
+        } else if self.flags & GZIP_FLAG_NAME != 0 {
+            DecodeState::GzipName
+        } else {
+            self.after_name()
+        }
+    }
+
+    fn after_name(&self) -> DecodeState {
+        if self.flags & GZIP_FLAG_COMMENT != 0 {
+            DecodeState::GzipComment
+        } else {
+            self.after_comment()
+        }
+    }
+
+    fn after_comment(&self) -> DecodeState {
+        if self.flags & GZIP_FLAG_HCRC != 0 {
+            DecodeState::GzipHeaderCrc { remaining: 2 }
+        } else {
+            DecodeState::Inflate
+        }
+    }
+
+    /// Runs the inflater over `input` until it needs more input or the stream ends; returns
+    /// the input bytes it consumed.
+    fn inflate_some(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) -> Result<usize, ()> {
+        let mut consumed = 0;
+        loop {
+            let rest = input.get(consumed..).unwrap_or_default();
+            let (in_before, out_before) = (self.inflate.total_in(), self.inflate.total_out());
+            let status = self
+                .inflate
+                .decompress(rest, &mut self.out, FlushDecompress::None);
+            let used = usize::try_from(self.inflate.total_in() - in_before).map_err(|_| ())?;
+            let produced =
+                usize::try_from(self.inflate.total_out() - out_before).map_err(|_| ())?;
+            // Bytes decoded before bad data are delivered too, so the answer does not depend
+            // on where the input was cut.
+            if produced > 0 {
+                emit(self.out.get(..produced).ok_or(())?);
+            }
+            let status = status.map_err(|_| ())?;
+            consumed += used;
+            if status == Status::StreamEnd {
+                self.state = if self.gzip {
+                    DecodeState::GzipTrailer { remaining: 8 }
+                } else {
+                    DecodeState::Done
+                };
+                return Ok(consumed);
+            }
+            if used == 0 && produced == 0 {
+                // No progress with input left over means the inflater is stuck.
+                return if consumed == 0 && !input.is_empty() {
+                    Err(())
+                } else {
+                    Ok(consumed)
+                };
+            }
+            if consumed >= input.len() && produced < self.out.len() {
+                return Ok(consumed);
+            }
+        }
+    }
+}
+
+/// RFC 1950 header check: deflate method, window at most 32 KiB, header checksum.
+fn is_zlib_header(cmf: u8, flg: u8) -> bool {
+    cmf & 0x0f == 8 && cmf >> 4 <= 7 && ((u16::from(cmf) << 8) | u16::from(flg)) % 31 == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    use flate2::Compression;
+    use flate2::write::{DeflateEncoder, GzEncoder, ZlibEncoder};
+    use proptest::prelude::*;
+
+    const C: Direction = Direction::Forward;
+    const S: Direction = Direction::Reverse;
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Event {
+        Request(RequestHead),
+        Response(ResponseHead),
+        Body(u32, Vec<u8>, Mark),
+        BodyGap(u32, u64, Mark),
+        BodyEnd(u32, BodyEnd, Mark),
+        Anomaly(Anomaly, Mark),
+    }
+
+    /// Records sink calls, merging adjacent body pieces of one exchange and one mark (how
+    /// a body is cut into calls depends on how the input was cut).
+    #[derive(Default)]
+    struct Recorder {
+        events: Vec<Event>,
+    }
+
+    impl HttpSink for Recorder {
+        fn request(&mut self, head: RequestHead) {
+            self.events.push(Event::Request(head));
+        }
+        fn response(&mut self, head: ResponseHead) {
+            self.events.push(Event::Response(head));
+        }
+        fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
+            assert!(!bytes.is_empty(), "empty body piece");
+            if let Some(Event::Body(e, acc, m)) = self.events.last_mut()
+                && *e == exchange
+                && *m == mark
+            {
+                acc.extend_from_slice(bytes);
+                return;
+            }
+            self.events
+                .push(Event::Body(exchange, bytes.to_vec(), mark));
+        }
+        fn body_gap(&mut self, exchange: u32, len: u64, mark: Mark) {
+            self.events.push(Event::BodyGap(exchange, len, mark));
+        }
+        fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
+            self.events.push(Event::BodyEnd(exchange, how, mark));
+        }
+        fn anomaly(&mut self, what: Anomaly, mark: Mark) {
+            self.events.push(Event::Anomaly(what, mark));
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Data(Direction, Vec<u8>),
+        Gap(Direction, u64),
+        End(Direction, StreamEnd),
+    }
+
+    fn data(dir: Direction, bytes: impl AsRef<[u8]>) -> Step {
+        Step::Data(dir, bytes.as_ref().to_vec())
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Split {
+        Whole,
+        Bytewise,
+        Random(u64),
+    }
+
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct Outcome {
+        events: Vec<Event>,
+        abandoned: bool,
+        client: Option<Direction>,
+    }
+
+    /// Mark of step `i`: frame `i + 1`, so marks are the same however a step is cut.
+    fn mark_of(i: usize) -> Mark {
+        Mark::new(i as u64 + 1, (i as i64 + 1) * 1_000)
+    }
+
+    fn run(limits: &Limits, from_start: bool, steps: &[Step], split: Split) -> Outcome {
+        let mut conn = HttpConnection::new(limits, from_start);
+        let mut rec = Recorder::default();
+        let mut rng = XorShift(match split {
+            Split::Random(seed) => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            _ => 1,
+        });
+        for (i, step) in steps.iter().enumerate() {
+            let mark = mark_of(i);
+            match step {
+                Step::Data(dir, bytes) => match split {
+                    Split::Whole => conn.data(*dir, bytes, mark, &mut rec),
+                    Split::Bytewise => {
+                        for piece in bytes.chunks(1) {
+                            conn.data(*dir, piece, mark, &mut rec);
+                        }
+                    }
+                    Split::Random(seed) => {
+                        let mut rest = &bytes[..];
+                        let spread = if seed % 2 == 0 { 7 } else { 97 };
+                        while !rest.is_empty() {
+                            let n = (1 + (rng.next() % spread) as usize).min(rest.len());
+                            conn.data(*dir, &rest[..n], mark, &mut rec);
+                            rest = &rest[n..];
+                        }
+                    }
+                },
+                Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
+                Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
+            }
+        }
+        Outcome {
+            events: rec.events,
+            abandoned: conn.is_abandoned(),
+            client: conn.client_direction(),
+        }
+    }
+
+    /// Runs the transcript whole, byte by byte and at random split points, requires one
+    /// answer, checks the sink contract, and returns the answer.
+    fn transcript_with(limits: &Limits, from_start: bool, steps: &[Step]) -> Outcome {
+        let whole = run(limits, from_start, steps, Split::Whole);
+        assert_eq!(
+            run(limits, from_start, steps, Split::Bytewise),
+            whole,
+            "byte by byte"
+        );
+        for seed in 1..=6 {
+            let random = run(limits, from_start, steps, Split::Random(seed));
+            assert_eq!(random, whole, "random split, seed {seed}");
+        }
+        let ended = [C, S].iter().all(|d| {
+            steps
+                .iter()
+                .any(|s| matches!(s, Step::End(dir, _) if dir == d))
+        });
+        check_contract(&whole.events, ended || whole.abandoned);
+        whole
+    }
+
+    fn transcript(steps: &[Step]) -> Outcome {
+        transcript_with(&Limits::default(), true, steps)
+    }
+
+    /// The `HttpSink` contract: a response before its body calls, nothing after its
+    /// `body_end`, and (once both directions ended) exactly one `body_end` per response.
+    fn check_contract(events: &[Event], all_ended: bool) {
+        use std::collections::HashMap;
+        #[derive(PartialEq)]
+        enum Phase {
+            Open,
+            Ended,
+        }
+        let mut phases: HashMap<u32, Phase> = HashMap::new();
+        for event in events {
+            match event {
+                Event::Response(head) => {
+                    assert!(
+                        phases.insert(head.exchange, Phase::Open).is_none(),
+                        "{event:?}"
+                    );
+                }
+                Event::Body(e, ..) | Event::BodyGap(e, ..) => {
+                    assert!(
+                        phases.get(e) == Some(&Phase::Open),
+                        "{event:?} outside a body"
+                    );
+                }
+                Event::BodyEnd(e, ..) => {
+                    assert!(
+                        phases.get(e) == Some(&Phase::Open),
+                        "{event:?} outside a body"
+                    );
+                    phases.insert(*e, Phase::Ended);
+                }
+                Event::Request(_) | Event::Anomaly(..) => {}
+            }
+        }
+        if all_ended {
+            assert!(
+                phases.values().all(|p| *p == Phase::Ended),
+                "a body never ended"
+            );
+        }
+    }
+
+    /// Compact view: one line per event, bodies of one exchange merged.
+    fn summary(events: &[Event]) -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        let mut body: Option<(u32, Vec<u8>)> = None;
+        let flush = |body: &mut Option<(u32, Vec<u8>)>, lines: &mut Vec<String>| {
+            if let Some((e, bytes)) = body.take() {
+                lines.push(format!("body {e} {}", String::from_utf8_lossy(&bytes)));
+            }
+        };
+        for event in events {
+            if let Event::Body(e, bytes, _) = event {
+                match &mut body {
+                    Some((open, acc)) if open == e => acc.extend_from_slice(bytes),
+                    _ => {
+                        flush(&mut body, &mut lines);
+                        body = Some((*e, bytes.clone()));
+                    }
+                }
+                continue;
+            }
+            flush(&mut body, &mut lines);
+            lines.push(match event {
+                Event::Request(h) => format!("req {} {} {}", h.exchange, h.method, h.target),
+                Event::Response(h) => format!("resp {} {}", h.exchange, h.status),
+                Event::BodyGap(e, len, _) => format!("gap {e} {len}"),
+                Event::BodyEnd(e, how, _) => format!("end {e} {how:?}"),
+                Event::Anomaly(what, _) => format!("anomaly {what:?}"),
+                Event::Body(..) => unreachable!(),
+            });
+        }
+        flush(&mut body, &mut lines);
+        lines
+    }
+
+    fn requests(events: &[Event]) -> Vec<&RequestHead> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Request(h) => Some(h),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn responses(events: &[Event]) -> Vec<&ResponseHead> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Response(h) => Some(h),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn chunk(bytes: &[u8]) -> Vec<u8> {
+        let mut out = format!("{:x}\r\n", bytes.len()).into_bytes();
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    fn chunked(pieces: &[&[u8]]) -> Vec<u8> {
+        let mut out: Vec<u8> = pieces.iter().flat_map(|p| chunk(p)).collect();
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    fn get(target: &str) -> Vec<u8> {
+        format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n").into_bytes()
+    }
+
+    fn ok_length(body: &str) -> Vec<u8> {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    fn concat(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    const SSE_TEXT: &str = "id: 42\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\"}\r\n\r\n\
+                            id: 43\r\ndata: second\r\n\r\n";
+
+    // ----- transcripts -----
+
+    #[test]
+    fn get_with_chunked_event_stream_response() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
+                    Mcp-Session-Id: sess-1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let out = transcript(&[
+            data(
+                C,
+                "GET /mcp HTTP/1.1\r\nHost: h\r\nmcp-session-id: sess-1\r\n",
+            ),
+            data(
+                C,
+                "last-event-id: 41\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n",
+            ),
+            data(
+                S,
+                concat(&[head.as_bytes(), &chunk(b"id: 42\r\nevent: message\r\n")]),
+            ),
+            data(
+                S,
+                chunked(&[
+                    b"data: {\"jsonrpc\":\"2.0\"}\r\n\r\n",
+                    b"id: 43\r\ndata: second\r\n\r\n",
+                ]),
+            ),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /mcp".to_string(),
+                "resp 0 200".into(),
+                format!("body 0 {SSE_TEXT}"),
+                "end 0 Complete".into(),
+            ]
+        );
+        let req = requests(&out.events)[0];
+        assert_eq!(req.session_id.as_deref(), Some("sess-1"));
+        assert_eq!(req.last_event_id.as_deref(), Some("41"));
+        assert_eq!(req.protocol_version.as_deref(), Some("2025-06-18"));
+        assert_eq!((req.first, req.complete), (mark_of(0), mark_of(1)));
+        let resp = responses(&out.events)[0];
+        assert!(resp.is_event_stream());
+        assert_eq!(resp.session_id.as_deref(), Some("sess-1"));
+        assert_eq!(resp.content_encoding, None);
+        assert_eq!((resp.first, resp.complete), (mark_of(2), mark_of(2)));
+        assert_eq!(
+            out.events.last(),
+            Some(&Event::BodyEnd(0, BodyEnd::Complete, mark_of(3)))
+        );
+        assert_eq!(out.client, Some(C));
+        assert!(!out.abandoned);
+    }
+
+    #[test]
+    fn keep_alive_carries_three_exchanges() {
+        let out = transcript(&[
+            data(C, get("/one")),
+            data(S, ok_length("first")),
+            data(
+                C,
+                "POST /two HTTP/1.1\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+            ),
+            data(
+                S,
+                concat(&[
+                    b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    &chunked(&[b"second"]),
+                ]),
+            ),
+            data(C, get("/three")),
+            data(S, "HTTP/1.1 204 No Content\r\n\r\n"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /one",
+                "resp 0 200",
+                "body 0 first",
+                "end 0 Complete",
+                "req 1 POST /two",
+                "resp 1 202",
+                "body 1 second",
+                "end 1 Complete",
+                "req 2 GET /three",
+                "resp 2 204",
+                "end 2 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn pipelined_requests_pair_in_order() {
+        let out = transcript(&[
+            data(
+                C,
+                concat(&[&get("/a"), &get("/b"), b"HEAD /c HTTP/1.1\r\n\r\n"]),
+            ),
+            data(
+                S,
+                concat(&[
+                    &ok_length("A"),
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nB\r\n0\r\n\r\n",
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n",
+                ]),
+            ),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "req 2 HEAD /c",
+                "resp 0 200",
+                "body 0 A",
+                "end 0 Complete",
+                "resp 1 200",
+                "body 1 B",
+                "end 1 Complete",
+                "resp 2 200",
+                "end 2 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn content_length_body_holding_http_text() {
+        let body = "HTTP/1.1 200 OK\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+        let out = transcript(&[
+            data(C, get("/")),
+            data(S, ok_length(body)),
+            data(C, get("/next")),
+            data(S, ok_length("2")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /".to_string(),
+                "resp 0 200".into(),
+                format!("body 0 {body}"),
+                "end 0 Complete".into(),
+                "req 1 GET /next".into(),
+                "resp 1 200".into(),
+                "body 1 2".into(),
+                "end 1 Complete".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn chunk_extensions_and_trailers_are_skipped() {
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n\
+                 5;name=value\r\nhello\r\n6 ; x=\"y\"\r\n world\r\n0;last\r\nX-Trailer: 1\r\nY: 2\r\n\r\n",
+            ),
+            data(S, ok_length("next")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "body 0 hello world",
+                "end 0 Complete",
+                "resp 1 200",
+                "body 1 next",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn close_delimited_body_ends_with_the_stream() {
+        for how in [StreamEnd::Fin, StreamEnd::Rst, StreamEnd::CaptureEnd] {
+            let out = transcript(&[
+                data(C, get("/sse")),
+                data(
+                    S,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nid: 1\n",
+                ),
+                data(S, "data: x\n\n"),
+                Step::End(S, how),
+                Step::End(C, StreamEnd::Fin),
+            ]);
+            assert_eq!(
+                summary(&out.events),
+                [
+                    "req 0 GET /sse".to_string(),
+                    "resp 0 200".into(),
+                    "body 0 id: 1\ndata: x\n\n".into(),
+                    format!("end 0 Stream({how:?})"),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn length_body_cut_by_the_stream_end() {
+        let out = transcript(&[
+            data(C, get("/")),
+            data(S, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"),
+            Step::End(S, StreamEnd::Rst),
+            Step::End(C, StreamEnd::Rst),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /",
+                "resp 0 200",
+                "body 0 partial",
+                "end 0 Stream(Rst)"
+            ]
+        );
+    }
+
+    #[test]
+    fn continue_then_final_response() {
+        let out = transcript(&[
+            data(
+                C,
+                "POST /mcp HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+            ),
+            data(S, "HTTP/1.1 100 Continue\r\n\r\n"),
+            data(C, "hello"),
+            data(S, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"),
+            data(S, ok_length("done")),
+            data(C, get("/after")),
+            data(S, ok_length("x")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 POST /mcp",
+                "resp 0 200",
+                "body 0 done",
+                "end 0 Complete",
+                "req 1 GET /after",
+                "resp 1 200",
+                "body 1 x",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn head_response_has_no_body() {
+        let out = transcript(&[
+            data(C, concat(&[b"HEAD /x HTTP/1.1\r\n\r\n", &get("/y")])),
+            data(
+                S,
+                concat(&[
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n",
+                    &ok_length("abc"),
+                ]),
+            ),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 HEAD /x",
+                "req 1 GET /y",
+                "resp 0 200",
+                "end 0 Complete",
+                "resp 1 200",
+                "body 1 abc",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn no_content_and_not_modified_have_no_body() {
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b"), &get("/c")])),
+            data(S, "HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n"),
+            data(
+                S,
+                "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ),
+            data(S, ok_length("c")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "req 2 GET /c",
+                "resp 0 204",
+                "end 0 Complete",
+                "resp 1 304",
+                "end 1 Complete",
+                "resp 2 200",
+                "body 2 c",
+                "end 2 Complete",
+            ]
+        );
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_chunked_event_stream_is_decoded() {
+        let compressed = gzip(SSE_TEXT.as_bytes());
+        let pieces: Vec<&[u8]> = compressed.chunks(7).collect();
+        let out = transcript(&[
+            data(C, get("/mcp")),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n",
+            ),
+            data(S, chunked(&pieces)),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /mcp".to_string(),
+                "resp 0 200".into(),
+                format!("body 0 {SSE_TEXT}"),
+                "end 0 Complete".into(),
+            ]
+        );
+        assert_eq!(
+            responses(&out.events)[0].content_encoding.as_deref(),
+            Some("gzip")
+        );
+    }
+
+    #[test]
+    fn gzip_with_optional_header_fields_and_two_members() {
+        let mut encoder = flate2::GzBuilder::new()
+            .filename("events.txt")
+            .comment("a comment")
+            .extra(vec![1, 2, 3, 4, 5])
+            .write(Vec::new(), Compression::fast());
+        encoder.write_all(b"first member, ").unwrap();
+        let mut body = encoder.finish().unwrap();
+        body.extend_from_slice(&gzip(b"second member"));
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: x-gzip\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let out = transcript(&[
+            data(C, get("/")),
+            data(S, concat(&[head.as_bytes(), &body])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /",
+                "resp 0 200",
+                "body 0 first member, second member",
+                "end 0 Complete"
+            ]
+        );
+    }
+
+    #[test]
+    fn deflate_zlib_and_raw_are_decoded() {
+        let text = b"data: deflated event\n\n".repeat(20);
+        let mut zlib = ZlibEncoder::new(Vec::new(), Compression::default());
+        zlib.write_all(&text).unwrap();
+        let mut raw = DeflateEncoder::new(Vec::new(), Compression::default());
+        raw.write_all(&text).unwrap();
+        for body in [zlib.finish().unwrap(), raw.finish().unwrap()] {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let out = transcript(&[
+                data(C, get("/")),
+                data(S, concat(&[head.as_bytes(), &body])),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ]);
+            assert_eq!(
+                summary(&out.events),
+                [
+                    "req 0 GET /".to_string(),
+                    "resp 0 200".into(),
+                    format!("body 0 {}", String::from_utf8_lossy(&text)),
+                    "end 0 Complete".into(),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn bad_gzip_data_is_malformed_and_framing_goes_on() {
+        let mut body = gzip(SSE_TEXT.as_bytes());
+        let middle = body.len() / 2;
+        body[middle..].iter_mut().for_each(|b| *b ^= 0x55);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(S, concat(&[head.as_bytes(), &body, &ok_length("fine")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let lines = summary(&out.events);
+        let malformed = lines
+            .iter()
+            .position(|l| l == "end 0 Malformed")
+            .expect("malformed end");
+        assert_eq!(lines[malformed - 1], "anomaly BadContentEncoding");
+        assert_eq!(
+            lines[malformed + 1..],
+            ["resp 1 200", "body 1 fine", "end 1 Complete"]
+        );
+        assert!(!lines.iter().any(|l| l.contains("Resynchronized")));
+    }
+
+    #[test]
+    fn truncated_gzip_inside_complete_framing_is_malformed() {
+        let body = gzip(SSE_TEXT.as_bytes());
+        let cut = &body[..body.len() - 12];
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+            cut.len()
+        );
+        let out = transcript(&[
+            data(C, get("/")),
+            data(S, concat(&[head.as_bytes(), cut])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let lines = summary(&out.events);
+        assert_eq!(
+            lines[lines.len() - 2..],
+            ["anomaly BadContentEncoding", "end 0 Malformed"]
+        );
+    }
+
+    #[test]
+    fn unsupported_encoding_delivers_nothing_and_framing_goes_on() {
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(S, b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 6\r\n\r\n\x0b\x02\x80abc"),
+            data(S, ok_length("ok")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "anomaly BadContentEncoding",
+                "end 0 Malformed",
+                "resp 1 200",
+                "body 1 ok",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn capture_started_mid_connection_resynchronizes() {
+        let out = transcript_with(
+            &Limits::default(),
+            false,
+            &[
+                data(
+                    S,
+                    "ta: {\"partial\":true}\r\n\r\nid: 7\r\ndata: HTTP/1.1 inside\r\n\r\n",
+                ),
+                data(S, concat(&[b"0\r\n\r\n", &ok_length("hi")])),
+                data(C, "\r\nfoo\": 1}"),
+                data(C, get("/next")),
+                data(S, ok_length("there")),
+                Step::End(C, StreamEnd::CaptureEnd),
+                Step::End(S, StreamEnd::CaptureEnd),
+            ],
+        );
+        assert_eq!(
+            summary(&out.events),
+            [
+                "anomaly Resynchronized",
+                "anomaly UnpairedResponse",
+                "resp 0 200",
+                "body 0 hi",
+                "end 0 Complete",
+                "anomaly Resynchronized",
+                "req 1 GET /next",
+                "resp 1 200",
+                "body 1 there",
+                "end 1 Complete",
+            ]
+        );
+        assert_eq!(out.client, Some(C));
+    }
+
+    #[test]
+    fn mid_connection_start_at_a_message_boundary_reports_nothing_odd() {
+        let out = transcript_with(
+            &Limits::default(),
+            false,
+            &[
+                data(C, get("/x")),
+                data(S, ok_length("y")),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ],
+        );
+        assert_eq!(
+            summary(&out.events),
+            ["req 0 GET /x", "resp 0 200", "body 0 y", "end 0 Complete"]
+        );
+    }
+
+    #[test]
+    fn non_http_connection_is_abandoned_from_its_first_bytes() {
+        let tls = data(C, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03");
+        let out = transcript(&[tls.clone(), data(S, "HTTP/1.1 200 OK\r\n\r\n")]);
+        assert!(out.abandoned);
+        assert!(out.events.is_empty());
+
+        let out = transcript(&[data(S, "SSH-2.0-OpenSSH_9.6\r\n"), data(C, get("/"))]);
+        assert!(out.abandoned);
+        assert!(out.events.is_empty());
+
+        // One byte is enough to decide.
+        let mut conn = HttpConnection::new(&Limits::default(), true);
+        conn.data(C, b"\x16", Mark::default(), &mut Recorder::default());
+        assert!(conn.is_abandoned());
+        // A prefix that could still be HTTP is not.
+        let mut conn = HttpConnection::new(&Limits::default(), true);
+        conn.data(C, b"HTTP/1", Mark::default(), &mut Recorder::default());
+        conn.data(S, b"GE", Mark::default(), &mut Recorder::default());
+        assert!(!conn.is_abandoned());
+
+        // The server side of an HTTP client that gets no HTTP back.
+        let out = transcript(&[data(C, get("/")), data(S, "\x00\x00\x00\x04\x01garbage")]);
+        assert!(out.abandoned);
+        assert_eq!(summary(&out.events), ["req 0 GET /"]);
+
+        // Both sides sending requests is not an HTTP exchange.
+        let out = transcript(&[data(C, get("/")), data(S, get("/"))]);
+        assert!(out.abandoned);
+    }
+
+    #[test]
+    fn gap_inside_length_body_keeps_framing() {
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(S, "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhel"),
+            Step::Gap(S, 4),
+            data(S, concat(&[b"orld", &ok_length("b")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "body 0 hel",
+                "gap 0 4",
+                "body 0 orld",
+                "end 0 Complete",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+        assert!(out.events.contains(&Event::BodyGap(0, 4, mark_of(2))));
+    }
+
+    #[test]
+    fn gap_that_ends_a_length_body_completes_it() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(S, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc"),
+            Step::Gap(S, 3),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 abc",
+                "gap 0 3",
+                "end 0 Complete"
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_inside_chunk_data_keeps_framing() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n01",
+            ),
+            Step::Gap(S, 5),
+            data(S, "789\r\n2\r\nxy\r\n0\r\n\r\n"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 01",
+                "gap 0 5",
+                "body 0 789xy",
+                "end 0 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_in_a_close_delimited_body_keeps_framing() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(S, "HTTP/1.0 200 OK\r\n\r\nabc"),
+            Step::Gap(S, 1000),
+            data(S, "def"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 abc",
+                "gap 0 1000",
+                "body 0 def",
+                "end 0 Stream(Fin)"
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_in_an_encoded_body_stops_decoding_but_not_framing() {
+        let body = gzip(SSE_TEXT.as_bytes());
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(S, concat(&[head.as_bytes(), &body[..10]])),
+            Step::Gap(S, 5),
+            data(S, concat(&[&body[15..], &ok_length("b")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "gap 0 0",
+                "end 0 LostSync",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_in_chunk_size_line_loses_sync_until_next_response() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(C, get("/b")),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1",
+            ),
+            Step::Gap(S, 3),
+            data(
+                S,
+                concat(&[b"f\r\nlost data here\r\n0\r\n\r\n", &ok_length("b")]),
+            ),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "body 0 hello",
+                "end 0 LostSync",
+                "anomaly Resynchronized",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_beyond_a_length_body_loses_sync() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(S, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab"),
+            Step::Gap(S, 30),
+            data(S, "Length: 1\r\n\r\nz"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 ab",
+                "end 0 LostSync",
+                "anomaly Resynchronized"
+            ]
+        );
+    }
+
+    #[test]
+    fn lost_request_head_makes_its_response_unpaired() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(S, ok_length("A")),
+            data(C, "GET /b HT"),
+            Step::Gap(C, 50),
+            data(S, ok_length("B")),
+            data(C, get("/c")),
+            data(S, ok_length("C")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 A",
+                "end 0 Complete",
+                "anomaly UnpairedResponse",
+                "resp 1 200",
+                "body 1 B",
+                "end 1 Complete",
+                "req 2 GET /c",
+                "resp 2 200",
+                "body 2 C",
+                "end 2 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn gap_inside_request_body_keeps_pairing() {
+        let out = transcript(&[
+            data(C, "POST /mcp HTTP/1.1\r\nContent-Length: 10\r\n\r\n{\"a"),
+            Step::Gap(C, 7),
+            data(S, ok_length("r")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 POST /mcp",
+                "resp 0 200",
+                "body 0 r",
+                "end 0 Complete"
+            ]
+        );
+    }
+
+    #[test]
+    fn oversized_head_is_dropped_and_parsing_resumes() {
+        let limits = Limits {
+            max_header_bytes: 200,
+            ..Limits::default()
+        };
+        let big = format!(
+            "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0\r\n\r\n",
+            "v".repeat(300)
+        );
+        let out = transcript_with(
+            &limits,
+            true,
+            &[
+                data(C, concat(&[&get("/a"), &get("/b")])),
+                data(S, concat(&[big.as_bytes(), &ok_length("b")])),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ],
+        );
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "anomaly HeaderTooLarge",
+                "anomaly Resynchronized",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn too_many_headers_is_a_head_too_large() {
+        let many: String = (0..200).map(|i| format!("X-{i}: v\r\n")).collect();
+        let head = format!("HTTP/1.1 200 OK\r\n{many}Content-Length: 0\r\n\r\n");
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(S, concat(&[head.as_bytes(), &ok_length("b")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "anomaly HeaderTooLarge",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn chunk_size_overflow_is_a_bad_chunk() {
+        let out = transcript(&[
+            data(C, concat(&[&get("/a"), &get("/b")])),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n10000000000000000\r\n",
+            ),
+            data(S, concat(&[b"junk\r\n", &ok_length("b")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "req 1 GET /b",
+                "resp 0 200",
+                "body 0 ok",
+                "anomaly BadChunk",
+                "end 0 Malformed",
+                "anomaly Resynchronized",
+                "resp 1 200",
+                "body 1 b",
+                "end 1 Complete",
+            ]
+        );
+        // The largest size that fits is only framing, not an allocation.
+        let mut framing = BodyFraming::chunked();
+        let step = framing.advance(b"ffffffffffffffff\r\n", 100);
+        assert_eq!((step.used, step.event), (18, FramingEvent::Continue));
+        assert_eq!(framing, BodyFraming::Chunked(ChunkState::Data(u64::MAX)));
+    }
+
+    #[test]
+    fn bad_content_length_is_malformed() {
+        for field in [
+            "Content-Length: -5",
+            "Content-Length: 5\r\nContent-Length: 6",
+            "Content-Length: 5, 6",
+            "Content-Length: 0x10",
+            "Content-Length: 99999999999999999999",
+        ] {
+            let head = format!("HTTP/1.1 200 OK\r\n{field}\r\n\r\nhello");
+            let out = transcript(&[
+                data(C, concat(&[&get("/a"), &get("/b")])),
+                data(S, head),
+                data(S, ok_length("b")),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ]);
+            assert_eq!(
+                summary(&out.events),
+                [
+                    "req 0 GET /a",
+                    "req 1 GET /b",
+                    "resp 0 200",
+                    "anomaly BadContentLength",
+                    "end 0 Malformed",
+                    "anomaly Resynchronized",
+                    "resp 1 200",
+                    "body 1 b",
+                    "end 1 Complete",
+                ],
+                "{field}"
+            );
+        }
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(
+                S,
+                "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\ncontent-length: 2\r\n\r\nok",
+            ),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            ["req 0 GET /a", "resp 0 200", "body 0 ok", "end 0 Complete"]
+        );
+    }
+
+    #[test]
+    fn switching_protocols_abandons_the_connection() {
+        let out = transcript(&[
+            data(
+                C,
+                "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            ),
+            data(
+                S,
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello",
+            ),
+            data(C, b"\x81\x85more frames"),
+        ]);
+        assert!(out.abandoned);
+        assert_eq!(
+            summary(&out.events),
+            ["req 0 GET /ws", "resp 0 101", "end 0 Complete"]
+        );
+    }
+
+    #[test]
+    fn lf_only_heads_and_blank_lines_between_messages() {
+        let out = transcript(&[
+            data(C, "GET /a HTTP/1.1\nhost: h\n\n\r\n"),
+            data(S, "HTTP/1.1 200 OK\ncontent-length: 1\n\nA"),
+            data(C, "GET /b HTTP/1.1\r\n\n"),
+            data(S, "HTTP/1.1 200 OK\r\ncontent-length: 1\n\r\nB"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 A",
+                "end 0 Complete",
+                "req 1 GET /b",
+                "resp 1 200",
+                "body 1 B",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn header_values_keep_their_bytes() {
+        let out = transcript(&[
+            data(
+                C,
+                concat(&[
+                    "GET / HTTP/1.1\r\nLAST-EVENT-ID: stream_17\u{e9}_x\r\n".as_bytes(),
+                    b"Mcp-Session-Id: \xff\xfe\r\n\r\n",
+                ]),
+            ),
+            Step::End(C, StreamEnd::Fin),
+        ]);
+        let req = requests(&out.events)[0];
+        assert_eq!(req.last_event_id.as_deref(), Some("stream_17\u{e9}_x"));
+        assert_eq!(req.session_id.as_deref(), Some("\u{fffd}\u{fffd}"));
+    }
+
+    // ----- units -----
+
+    #[test]
+    fn start_line_scan_decides_early_and_only_when_sure() {
+        let decide = |bytes: &[u8]| StartLineScan::new().feed(bytes);
+        assert_eq!(
+            decide(b"GET / HTTP/1."),
+            ScanOutcome::Start(MessageKind::Request)
+        );
+        assert_eq!(
+            decide(b"HTTP/1."),
+            ScanOutcome::Start(MessageKind::Response)
+        );
+        assert_eq!(decide(b"HTTP/1"), ScanOutcome::NeedMore);
+        assert_eq!(decide(b"HTTP"), ScanOutcome::NeedMore);
+        assert_eq!(
+            decide(b"HTTP /x HTTP/1."),
+            ScanOutcome::Start(MessageKind::Request)
+        );
+        assert_eq!(decide(b"GET /very/long/target"), ScanOutcome::NeedMore);
+        assert_eq!(decide(b"GET /a\r\n"), ScanOutcome::NotStart);
+        assert_eq!(decide(b"GET  /"), ScanOutcome::NotStart);
+        assert_eq!(decide(b" GET"), ScanOutcome::NotStart);
+        assert_eq!(decide(b"GET / HTTP/2"), ScanOutcome::NotStart);
+        assert_eq!(decide(b"HTTP/2"), ScanOutcome::NotStart);
+        assert_eq!(decide(b"data: x"), ScanOutcome::NotStart);
+        assert_eq!(decide(b"\x16\x03"), ScanOutcome::NotStart);
+        assert_eq!(decide(&[b'A'; 40]), ScanOutcome::NotStart);
+        // Fed in pieces, the same answer.
+        let mut scan = StartLineScan::new();
+        for b in b"POST /mcp HTTP/1".chunks(1) {
+            assert_eq!(scan.feed(b), ScanOutcome::NeedMore);
+        }
+        assert_eq!(scan.feed(b"."), ScanOutcome::Start(MessageKind::Request));
+    }
+
+    #[test]
+    fn head_end_is_found_across_calls() {
+        assert_eq!(find_head_end(b"", b"a\r\n\r\nbody"), Some(5));
+        assert_eq!(find_head_end(b"", b"a\n\nbody"), Some(3));
+        assert_eq!(find_head_end(b"", b"a\r\nb\r\n"), None);
+        assert_eq!(find_head_end(b"\r\n", b"\r\nx"), Some(2));
+        assert_eq!(find_head_end(b"\n\r", b"\nx"), Some(1));
+        assert_eq!(find_head_end(b"a\n", b"\nx"), Some(1));
+        assert_eq!(find_head_end(b"\r\n", b"x\r\n"), None);
+        assert_eq!(find_head_end(b"x\r", b"\n\r\n"), Some(3));
+    }
+
+    #[test]
+    fn content_length_values() {
+        let parse = |v: &[u8]| ContentLength::Absent.add_field(v);
+        assert_eq!(parse(b"42"), ContentLength::Value(42));
+        assert_eq!(parse(b" 7 , 7"), ContentLength::Value(7));
+        assert_eq!(
+            parse(b"18446744073709551615"),
+            ContentLength::Value(u64::MAX)
+        );
+        assert_eq!(parse(b"18446744073709551616"), ContentLength::Invalid);
+        assert_eq!(parse(b"-1"), ContentLength::Invalid);
+        assert_eq!(parse(b""), ContentLength::Invalid);
+        assert_eq!(parse(b"+3"), ContentLength::Invalid);
+        assert_eq!(
+            ContentLength::Value(3).add_field(b"4"),
+            ContentLength::Invalid
+        );
+    }
+
+    #[test]
+    fn content_codings() {
+        assert_eq!(ContentCoding::parse("GZip"), ContentCoding::Gzip);
+        assert_eq!(
+            ContentCoding::parse("identity, x-gzip"),
+            ContentCoding::Gzip
+        );
+        assert_eq!(ContentCoding::parse("deflate"), ContentCoding::Deflate);
+        assert_eq!(ContentCoding::parse("identity"), ContentCoding::Identity);
+        assert_eq!(ContentCoding::parse("br"), ContentCoding::Unsupported);
+        assert_eq!(
+            ContentCoding::parse("gzip, gzip"),
+            ContentCoding::Unsupported
+        );
+        assert!(is_zlib_header(0x78, 0x9c));
+        assert!(!is_zlib_header(0x78, 0x9d));
+    }
+
+    #[test]
+    fn resync_over_long_lines_is_linear() {
+        // Many `HTTP/1.` hits on one unterminated line, then a real response.
+        let noise = b"xHTTP/1.".repeat(300_000);
+        let mut conn = HttpConnection::new(&Limits::default(), false);
+        let mut rec = Recorder::default();
+        for piece in noise.chunks(4096) {
+            conn.data(S, piece, Mark::default(), &mut rec);
+        }
+        conn.data(
+            S,
+            &concat(&[b"\n", &ok_length("z")]),
+            Mark::default(),
+            &mut rec,
+        );
+        assert_eq!(
+            summary(&rec.events)[..2],
+            ["anomaly Resynchronized", "anomaly UnpairedResponse"]
+        );
+        assert_eq!(summary(&rec.events)[3..], ["body 0 z", "end 0 Complete"]);
+    }
+
+    // ----- properties -----
+
+    fn fragment() -> impl Strategy<Value = Vec<u8>> {
+        let pieces: Vec<&'static [u8]> = vec![
+            b"GET /mcp HTTP/1.1\r\n",
+            b"HEAD / HTTP/1.1\r\n",
+            b"POST / HTTP/1.0\r\n",
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.1 100 Continue\r\n",
+            b"HTTP/1.1 204 No\r\n",
+            b"Content-Length: 3\r\n",
+            b"Content-Length: -1\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+            b"Content-Encoding: gzip\r\n",
+            b"Content-Encoding: deflate\r\n",
+            b"last-event-id: 5\r\n",
+            b"\r\n",
+            b"\n",
+            b"5\r\nhello\r\n",
+            b"0\r\n\r\n",
+            b"fffffffffffffffff\r\n",
+            b"abc",
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
+            b"\x78\x9c\x03\x00",
+        ];
+        prop_oneof![
+            4 => proptest::sample::select(pieces).prop_map(<[u8]>::to_vec),
+            1 => proptest::collection::vec(any::<u8>(), 0..24),
+        ]
+    }
+
+    fn step_strategy() -> impl Strategy<Value = Step> {
+        let dir = prop_oneof![Just(C), Just(S)];
+        prop_oneof![
+            8 => (dir.clone(), proptest::collection::vec(fragment(), 1..6))
+                .prop_map(|(d, parts)| Step::Data(d, parts.concat())),
+            1 => (dir, 0u64..40).prop_map(|(d, n)| Step::Gap(d, n)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_transcript_gives_one_answer_and_keeps_the_contract(
+            steps in proptest::collection::vec(step_strategy(), 0..14),
+            from_start in any::<bool>(),
+        ) {
+            let limits = Limits { max_header_bytes: 96, ..Limits::default() };
+            let mut steps = steps;
+            steps.push(Step::End(C, StreamEnd::Fin));
+            steps.push(Step::End(S, StreamEnd::Rst));
+            transcript_with(&limits, from_start, &steps);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            a in proptest::collection::vec(any::<u8>(), 0..300),
+            b in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let steps = [data(C, &a), data(S, &b), Step::End(C, StreamEnd::Fin), Step::End(S, StreamEnd::Fin)];
+            transcript_with(&Limits::default(), false, &steps);
+            transcript_with(&Limits::default(), true, &steps);
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! mcp-resume-audit: finds, in packet captures, every reconnect of an MCP Streamable HTTP
+//! session and tells whether the server resumed correctly, silently skipped events, or
+//! silently replayed them.
+//!
+//! The stages, in pipeline order (each module's header states its input, output and
+//! invariants):
+//!
+//! - [`capture`]: pcap / pcapng files → packets (frame number, time, link type, bytes)
+//! - [`decode`]: link layer → IP → TCP segments
+//! - [`tcp`]: per-connection reassembly, both directions; missing bytes become explicit gaps
+//! - [`http1`]: HTTP/1.1 exchanges with content-decoded bodies
+//! - [`sse`]: events of a `text/event-stream` body
+//! - [`session`]: resumes paired with their first event id
+//! - [`verdict`]: pure decision functions
+//! - [`report`]: JSON Lines records and the summary
+//! - [`pipeline`]: the driver that runs the stages over many inputs in parallel
+//!
+//! [`record`] holds the small records and sink traits the stages hand each other;
+//! [`synth`] writes synthetic captures (fixtures and benchmarks).
+
+pub mod capture;
+pub mod decode;
+pub mod http1;
+pub mod pipeline;
+pub mod record;
+pub mod report;
+pub mod session;
+pub mod sse;
+pub mod synth;
+pub mod tcp;
+pub mod verdict;

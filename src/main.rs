@@ -1,0 +1,101 @@
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use mcp_resume_audit::pipeline::{self, Options};
+use mcp_resume_audit::record::Limits;
+
+/// Audits MCP Streamable HTTP stream resumption in packet captures.
+///
+/// For every request that resumes an event stream (it carries Last-Event-ID), tells whether
+/// the server continued at the next event (correct), silently skipped events (gap_skipped) or
+/// silently sent them again (replayed), and points at the frames that prove it.
+///
+/// Exit status: 0 when every resume is correct (or there is none), 1 when any other verdict
+/// is found, 2 when an input could not be read.
+#[derive(Parser, Debug)]
+#[command(name = "mcp-resume-audit", version, about, long_about)]
+struct Cli {
+    /// Capture files (pcap or pcapng, recognized by content); `-` reads standard input.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<PathBuf>,
+
+    /// Write the JSON Lines report to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+
+    /// Worker threads [default: the number of CPUs].
+    #[arg(short = 'j', long = "threads", value_name = "N")]
+    threads: Option<usize>,
+
+    /// Connections tracked at once per capture; the least recently active is evicted beyond.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
+
+    /// Out-of-order bytes buffered per connection direction before the hole is a gap.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_out_of_order_bytes)]
+    max_out_of_order: usize,
+
+    /// Longest HTTP message head accepted.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_header_bytes)]
+    max_header_bytes: usize,
+
+    /// Longest SSE id/event/retry value kept.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_sse_field_bytes)]
+    max_sse_field: usize,
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<i32> {
+    let cli = Cli::parse();
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let opts = Options {
+        threads,
+        limits: Limits {
+            max_out_of_order_bytes: cli.max_out_of_order,
+            max_connections: cli.max_connections.max(1),
+            max_header_bytes: cli.max_header_bytes.max(256),
+            max_sse_field_bytes: cli.max_sse_field.max(16),
+            ..Limits::default()
+        },
+    };
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    let outcome = match &cli.output {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let o = pipeline::run(&cli.inputs, &opts, &mut out, &mut err)?;
+            out.flush()?;
+            o
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            let o = pipeline::run(&cli.inputs, &opts, &mut out, &mut err);
+            match o {
+                Ok(o) => o,
+                // A closed pipe (`| head`) is not an error worth a message.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    Ok(outcome.exit_code())
+}

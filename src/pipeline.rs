@@ -1,0 +1,785 @@
+//! The driver: inputs → packets → connections → exchanges → resumes, in parallel.
+//!
+//! Input: paths (or `-` for standard input) and [`Options`].
+//! Output: per input an [`InputReport`] (resumes in report order, counters, problems), and
+//! [`run`] writes the whole report.
+//! Invariants:
+//! - Connections are numbered in order of their first packet, as Wireshark's `tcp.stream`
+//!   numbers them, by the single reader of a capture; shards only ever see whole connections,
+//!   so the report is the same for any thread count.
+//! - The reader's flow table is bounded by `Limits::max_connections` (least recently active
+//!   evicted first); closed connections leave it after a quiet minute of capture time.
+//! - Payload bytes are copied at most once (into a batch for a worker thread), never kept.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use rayon::prelude::*;
+
+use crate::capture::{self, CaptureReader, InputKind};
+use crate::decode::{self, Endpoint, Skip};
+use crate::http1::HttpConnection;
+use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
+use crate::report::{self, InputProblem, Summary};
+use crate::session::{ConnectionRef, ExchangeTracker, ResumeRecord};
+use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
+
+/// How a run is done.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Worker threads (1: everything on the calling thread).
+    pub threads: usize,
+    pub limits: Limits,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 1,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Counters of one input.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InputStats {
+    pub packets: u64,
+    pub skipped: BTreeMap<&'static str, u64>,
+    pub tcp_connections: u64,
+    pub http_exchanges: u64,
+    pub tcp_gaps: u64,
+    pub tcp_gap_bytes: u64,
+    pub out_of_order_overflows: u64,
+    pub connections_evicted: u64,
+    pub anomalies: BTreeMap<String, u64>,
+}
+
+impl InputStats {
+    fn absorb(&mut self, other: &InputStats) {
+        self.packets += other.packets;
+        for (k, v) in &other.skipped {
+            *self.skipped.entry(k).or_insert(0) += v;
+        }
+        self.tcp_connections += other.tcp_connections;
+        self.http_exchanges += other.http_exchanges;
+        self.tcp_gaps += other.tcp_gaps;
+        self.tcp_gap_bytes += other.tcp_gap_bytes;
+        self.out_of_order_overflows += other.out_of_order_overflows;
+        self.connections_evicted += other.connections_evicted;
+        for (k, v) in &other.anomalies {
+            *self.anomalies.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+}
+
+/// What one input gave.
+#[derive(Debug, Default)]
+pub struct InputReport {
+    pub input: String,
+    pub resumes: Vec<ResumeRecord>,
+    pub sessions: BTreeSet<String>,
+    pub stats: InputStats,
+    /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
+    pub messages: Vec<(bool, String)>,
+}
+
+impl InputReport {
+    fn new(input: &str) -> Self {
+        InputReport {
+            input: input.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        self.messages.push((true, text));
+    }
+
+    pub fn failed(&self) -> bool {
+        self.messages.iter().any(|(e, _)| *e)
+    }
+}
+
+/// Analyzes one input named by path (`-` is standard input).
+pub fn analyze_path(path: &Path, opts: &Options) -> InputReport {
+    let name = path.display().to_string();
+    if name == "-" {
+        return analyze_reader(&name, std::io::stdin().lock(), opts);
+    }
+    match File::open(path) {
+        Ok(f) => analyze_reader(&name, f, opts),
+        Err(e) => {
+            let mut r = InputReport::new(&name);
+            r.error(format!("{name}: cannot open: {e}"));
+            r
+        }
+    }
+}
+
+/// Analyzes one input from any reader; `name` is how messages and the report cite it.
+pub fn analyze_reader<R: Read>(name: &str, mut src: R, opts: &Options) -> InputReport {
+    let mut report = InputReport::new(name);
+    let mut head = [0u8; 64];
+    let mut got = 0;
+    while got < head.len() {
+        match src.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                report.error(format!("{name}: offset {got}: read error: {e}"));
+                return report;
+            }
+        }
+    }
+    let prefix = &head[..got];
+    let chained = prefix.chain(src);
+    match capture::sniff(prefix) {
+        Some(InputKind::Pcap | InputKind::PcapNg) => {
+            analyze_capture(name, chained, opts, &mut report)
+        }
+        Some(InputKind::Json) => {
+            report.error(format!(
+                "{name}: offset 0: a JSON document; HAR input is not read by this version"
+            ));
+        }
+        None => report.error(format!(
+            "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
+        )),
+    }
+    report
+        .resumes
+        .sort_by_key(|r| (r.request.time_ns, r.request.frame, r.connection.tcp_stream));
+    report
+}
+
+/// A connection as the reader's flow table knows it.
+struct Flow {
+    stream: u64,
+    forward_src: Endpoint,
+    fin: [bool; 2],
+    rst: bool,
+    syn_seq: Option<u32>,
+    last_seen_ns: i64,
+    last_seen_packet: u64,
+}
+
+impl Flow {
+    fn closed(&self) -> bool {
+        self.rst || (self.fin[0] && self.fin[1])
+    }
+}
+
+/// Canonical key of a 4-tuple: the two endpoints in a fixed order.
+type FlowKey = (Endpoint, Endpoint);
+
+fn flow_key(a: Endpoint, b: Endpoint) -> FlowKey {
+    if a <= b { (a, b) } else { (b, a) }
+}
+
+/// What the reader hands a shard for one packet.
+#[derive(Clone, Copy, Debug)]
+struct PacketMsg {
+    stream: u64,
+    /// Set on the first packet of a connection: its two endpoints (forward source first).
+    opens: Option<(Endpoint, Endpoint)>,
+    dir: Direction,
+    seq: u32,
+    ack: u32,
+    flags: TcpFlags,
+    mark: Mark,
+}
+
+/// Instructions from the reader to the shards.
+#[derive(Clone, Copy, Debug)]
+enum ShardMsg {
+    Packet(PacketMsg, usize, usize),
+    /// The connection is over for the reader (evicted, or replaced by a new one on the same
+    /// 4-tuple): finish it now.
+    End(u64, StreamEnd, Mark),
+}
+
+const QUIET_CLOSED_NS: i64 = 60_000_000_000;
+const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
+
+/// The single reader of one capture: numbering of connections and their directions.
+struct FlowTable {
+    flows: HashMap<FlowKey, Flow>,
+    next_stream: u64,
+    max_connections: usize,
+    evicted: u64,
+}
+
+impl FlowTable {
+    /// Assigns the packet to a connection. Returns the message, plus an `End` for a connection
+    /// replaced by a new one on the same 4-tuple.
+    fn classify(
+        &mut self,
+        p: &decode::TcpPacket<'_>,
+        mark: Mark,
+        packet_no: u64,
+    ) -> (PacketMsg, Option<ShardMsg>) {
+        let key = flow_key(p.src, p.dst);
+        let new_syn = p.flags.syn && !p.flags.ack;
+        let mut ended = None;
+        let reuse = match self.flows.get(&key) {
+            Some(f) => new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)),
+            None => true,
+        };
+        let mut opens = None;
+        if reuse {
+            if let Some(old) = self.flows.remove(&key)
+                && !old.closed()
+            {
+                ended = Some(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
+            }
+            let stream = self.next_stream;
+            self.next_stream += 1;
+            self.flows.insert(
+                key,
+                Flow {
+                    stream,
+                    forward_src: p.src,
+                    fin: [false; 2],
+                    rst: false,
+                    syn_seq: None,
+                    last_seen_ns: mark.time_ns,
+                    last_seen_packet: packet_no,
+                },
+            );
+            opens = Some((p.src, p.dst));
+        }
+        let Some(f) = self.flows.get_mut(&key) else {
+            unreachable!("flow inserted above")
+        };
+        let dir = if p.src == f.forward_src {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        if new_syn && f.syn_seq.is_none() {
+            f.syn_seq = Some(p.seq);
+        }
+        f.fin[dir.index()] |= p.flags.fin;
+        f.rst |= p.flags.rst;
+        f.last_seen_ns = f.last_seen_ns.max(mark.time_ns);
+        f.last_seen_packet = packet_no;
+        (
+            PacketMsg {
+                stream: f.stream,
+                opens,
+                dir,
+                seq: p.seq,
+                ack: p.ack,
+                flags: p.flags,
+                mark,
+            },
+            ended,
+        )
+    }
+
+    /// Keeps the table within bounds; returns the connections to end.
+    fn sweep(&mut self, now: Mark, ends: &mut Vec<ShardMsg>) {
+        let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
+        self.flows
+            .retain(|_, f| !(f.closed() && f.last_seen_ns < cutoff));
+        if self.flows.len() <= self.max_connections {
+            return;
+        }
+        // Evict the least recently active eighth (closed ones first), so the cost is amortized.
+        let target = self.max_connections - self.max_connections / 8;
+        let mut by_age: Vec<(bool, u64, FlowKey)> = self
+            .flows
+            .iter()
+            .map(|(k, f)| (!f.closed(), f.last_seen_packet, *k))
+            .collect();
+        by_age.sort_unstable_by_key(|(open, seen, _)| (*open, *seen));
+        let excess = self.flows.len().saturating_sub(target);
+        for (open, _, key) in by_age.into_iter().take(excess) {
+            if let Some(f) = self.flows.remove(&key)
+                && open
+            {
+                self.evicted += 1;
+                ends.push(ShardMsg::End(f.stream, StreamEnd::Evicted, now));
+            }
+        }
+    }
+}
+
+/// One followed connection.
+struct Conn {
+    tcp: TcpConnection,
+    http: HttpConnection,
+    tracker: ExchangeTracker,
+    endpoints: (Endpoint, Endpoint),
+    ends: [Option<StreamEnd>; 2],
+    gaps: [bool; 2],
+}
+
+/// Feeds reassembled bytes to the HTTP parser, remembering how each direction ended.
+struct Bridge<'a> {
+    http: &'a mut HttpConnection,
+    tracker: &'a mut ExchangeTracker,
+    ends: &'a mut [Option<StreamEnd>; 2],
+    gaps: &'a mut [bool; 2],
+}
+
+impl StreamSink for Bridge<'_> {
+    fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+        if !self.http.is_abandoned() {
+            self.http.data(dir, bytes, mark, self.tracker);
+        }
+    }
+    fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+        self.gaps[dir.index()] = true;
+        if !self.http.is_abandoned() {
+            self.http.gap(dir, len, mark, self.tracker);
+        }
+    }
+    fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+        self.ends[dir.index()] = Some(how);
+        self.http.end(dir, how, mark, self.tracker);
+    }
+}
+
+/// The connections of one shard and what they produced.
+struct Shard {
+    limits: Limits,
+    conns: HashMap<u64, Conn>,
+    resumes: Vec<ResumeRecord>,
+    sessions: BTreeSet<String>,
+    stats: InputStats,
+}
+
+impl Shard {
+    fn new(limits: &Limits) -> Self {
+        Shard {
+            limits: limits.clone(),
+            conns: HashMap::new(),
+            resumes: Vec::new(),
+            sessions: BTreeSet::new(),
+            stats: InputStats::default(),
+        }
+    }
+
+    fn packet(&mut self, m: &PacketMsg, payload: &[u8]) {
+        if let Some(endpoints) = m.opens {
+            let from_start = m.flags.syn && !m.flags.ack;
+            self.conns.insert(
+                m.stream,
+                Conn {
+                    tcp: TcpConnection::new(&self.limits),
+                    http: HttpConnection::new(&self.limits, from_start),
+                    tracker: ExchangeTracker::new(&self.limits),
+                    endpoints,
+                    ends: [None; 2],
+                    gaps: [false; 2],
+                },
+            );
+        }
+        let Some(c) = self.conns.get_mut(&m.stream) else {
+            return;
+        };
+        let seg = TcpSegment {
+            seq: m.seq,
+            ack: m.ack,
+            flags: m.flags,
+            payload,
+            mark: m.mark,
+        };
+        let mut bridge = Bridge {
+            http: &mut c.http,
+            tracker: &mut c.tracker,
+            ends: &mut c.ends,
+            gaps: &mut c.gaps,
+        };
+        c.tcp.segment(m.dir, &seg, &mut bridge);
+        if c.tcp.is_closed() || (c.http.is_abandoned() && (m.flags.rst || m.flags.fin)) {
+            self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
+        }
+    }
+
+    /// Finishes a connection: what is buffered is flushed, open exchanges are decided.
+    fn close(&mut self, stream: u64, how: StreamEnd, mark: Mark) {
+        let Some(mut c) = self.conns.remove(&stream) else {
+            return;
+        };
+        let mut bridge = Bridge {
+            http: &mut c.http,
+            tracker: &mut c.tracker,
+            ends: &mut c.ends,
+            gaps: &mut c.gaps,
+        };
+        c.tcp.finish(how, mark, &mut bridge);
+        let client_dir = c.http.client_direction();
+        let server_dir = client_dir.map(Direction::other);
+        let server_end = server_dir.and_then(|d| c.ends[d.index()]);
+        let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()]);
+        c.tracker.finish(server_end, server_gaps, mark);
+        let (fwd, rev) = c.endpoints;
+        let (client, server) = match client_dir {
+            Some(Direction::Forward) => (Some(fwd), Some(rev)),
+            Some(Direction::Reverse) => (Some(rev), Some(fwd)),
+            None => (None, None),
+        };
+        let t = c.tcp.stats();
+        self.stats.tcp_connections += 1;
+        self.stats.tcp_gaps += t.gaps;
+        self.stats.tcp_gap_bytes += t.gap_bytes;
+        self.stats.out_of_order_overflows += t.overflows;
+        self.stats.http_exchanges += c.tracker.exchanges;
+        for (a, _) in &c.tracker.anomalies {
+            *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
+        }
+        self.sessions.append(&mut c.tracker.session_ids);
+        for mut r in c.tracker.resumes.drain(..) {
+            r.connection = ConnectionRef {
+                tcp_stream: Some(stream),
+                client,
+                server,
+            };
+            self.resumes.push(r);
+        }
+    }
+
+    fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
+        match msg {
+            ShardMsg::Packet(m, from, to) => self.packet(&m, bytes.get(from..to).unwrap_or(&[])),
+            ShardMsg::End(stream, how, mark) => self.close(stream, how, mark),
+        }
+    }
+
+    fn finish(mut self, mark: Mark) -> Self {
+        let mut open: Vec<u64> = self.conns.keys().copied().collect();
+        open.sort_unstable();
+        for s in open {
+            self.close(s, StreamEnd::CaptureEnd, mark);
+        }
+        self
+    }
+}
+
+fn anomaly_name(a: crate::record::Anomaly) -> String {
+    serde_json::to_value(a)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{a:?}"))
+}
+
+fn skip_name(s: Skip) -> &'static str {
+    match s {
+        Skip::UnsupportedLinkType => "unsupported_link_type",
+        Skip::NotTcp => "not_tcp",
+        Skip::IpFragment => "ip_fragment",
+        Skip::Malformed => "malformed",
+    }
+}
+
+/// Where packets go once classified: straight into one shard, or in batches to worker threads.
+trait Dispatch {
+    fn packet(&mut self, m: PacketMsg, payload: &[u8]);
+    fn end(&mut self, msg: ShardMsg);
+}
+
+impl Dispatch for Shard {
+    fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
+        Shard::packet(self, &m, payload);
+    }
+    fn end(&mut self, msg: ShardMsg) {
+        self.handle(msg, &[]);
+    }
+}
+
+struct Batch {
+    msgs: Vec<ShardMsg>,
+    bytes: Vec<u8>,
+}
+
+const BATCH_BYTES: usize = 256 << 10;
+const BATCH_MSGS: usize = 2048;
+
+struct Threaded {
+    senders: Vec<mpsc::SyncSender<Batch>>,
+    pending: Vec<Batch>,
+}
+
+impl Threaded {
+    fn shard_of(&self, stream: u64) -> usize {
+        (stream % self.senders.len() as u64) as usize
+    }
+
+    fn push(&mut self, shard: usize, msg: ShardMsg, payload: &[u8]) {
+        let b = &mut self.pending[shard];
+        let msg = match msg {
+            ShardMsg::Packet(m, _, _) => {
+                let from = b.bytes.len();
+                b.bytes.extend_from_slice(payload);
+                ShardMsg::Packet(m, from, b.bytes.len())
+            }
+            end => end,
+        };
+        b.msgs.push(msg);
+        if b.bytes.len() >= BATCH_BYTES || b.msgs.len() >= BATCH_MSGS {
+            self.flush(shard);
+        }
+    }
+
+    fn flush(&mut self, shard: usize) {
+        let full = std::mem::replace(
+            &mut self.pending[shard],
+            Batch {
+                msgs: Vec::with_capacity(BATCH_MSGS),
+                bytes: Vec::with_capacity(BATCH_BYTES + 2048),
+            },
+        );
+        if !full.msgs.is_empty() {
+            // A closed channel means the worker is gone; its results are lost either way.
+            let _ = self.senders[shard].send(full);
+        }
+    }
+}
+
+impl Dispatch for Threaded {
+    fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
+        let s = self.shard_of(m.stream);
+        self.push(s, ShardMsg::Packet(m, 0, 0), payload);
+    }
+    fn end(&mut self, msg: ShardMsg) {
+        let stream = match msg {
+            ShardMsg::Packet(m, ..) => m.stream,
+            ShardMsg::End(s, ..) => s,
+        };
+        let s = self.shard_of(stream);
+        self.push(s, msg, &[]);
+    }
+}
+
+/// Reads the capture, classifies packets and feeds them to `sink`. Returns the last mark.
+fn read_packets<R: Read, D: Dispatch>(
+    name: &str,
+    src: R,
+    opts: &Options,
+    sink: &mut D,
+    report: &mut InputReport,
+) -> (Mark, FlowTable) {
+    let mut table = FlowTable {
+        flows: HashMap::new(),
+        next_stream: 0,
+        max_connections: opts.limits.max_connections.max(1),
+        evicted: 0,
+    };
+    let mut last = Mark::default();
+    let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            report.error(format!("{name}: {e}"));
+            return (last, table);
+        }
+    };
+    let mut ends = Vec::new();
+    loop {
+        let packet = match reader.next_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => {
+                report.error(format!(
+                    "{name}: {e} (after frame {}); analyzed up to there",
+                    report.stats.packets
+                ));
+                break;
+            }
+        };
+        report.stats.packets += 1;
+        let mark = Mark::new(packet.frame, packet.time_ns);
+        last = mark;
+        match decode::decode(packet.linktype, packet.data) {
+            Ok(tcp) => {
+                let (msg, ended) = table.classify(&tcp, mark, packet.frame);
+                if let Some(e) = ended {
+                    sink.end(e);
+                }
+                sink.packet(msg, tcp.payload);
+            }
+            Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
+        }
+        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.flows.len() > table.max_connections {
+            table.sweep(mark, &mut ends);
+            for e in ends.drain(..) {
+                sink.end(e);
+            }
+        }
+    }
+    if let Some(at) = reader.truncated_at() {
+        report.messages.push((
+            false,
+            format!(
+                "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
+            ),
+        ));
+    }
+    let skipped = reader.skipped_records();
+    if skipped > 0 {
+        *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+    }
+    (last, table)
+}
+
+fn analyze_capture<R: Read>(name: &str, src: R, opts: &Options, report: &mut InputReport) {
+    let shards: Vec<Shard> = if opts.threads <= 1 {
+        let mut shard = Shard::new(&opts.limits);
+        let (last, table) = read_packets(name, src, opts, &mut shard, report);
+        report.stats.connections_evicted = table.evicted;
+        vec![shard.finish(last)]
+    } else {
+        let n = opts.threads;
+        std::thread::scope(|scope| {
+            let mut senders = Vec::with_capacity(n);
+            let mut handles = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (tx, rx) = mpsc::sync_channel::<Batch>(4);
+                senders.push(tx);
+                let limits = opts.limits.clone();
+                handles.push(scope.spawn(move || {
+                    let mut shard = Shard::new(&limits);
+                    let mut last = Mark::default();
+                    for batch in rx {
+                        for msg in batch.msgs {
+                            if let ShardMsg::Packet(m, ..) = msg {
+                                last = m.mark;
+                            }
+                            shard.handle(msg, &batch.bytes);
+                        }
+                    }
+                    (shard, last)
+                }));
+            }
+            let mut threaded = Threaded {
+                pending: (0..n)
+                    .map(|_| Batch {
+                        msgs: Vec::new(),
+                        bytes: Vec::new(),
+                    })
+                    .collect(),
+                senders,
+            };
+            let (last, table) = read_packets(name, src, opts, &mut threaded, report);
+            report.stats.connections_evicted = table.evicted;
+            for s in 0..n {
+                threaded.flush(s);
+            }
+            drop(threaded);
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().ok())
+                .map(|(shard, _)| shard.finish(last))
+                .collect()
+        })
+    };
+    for mut shard in shards {
+        report.resumes.append(&mut shard.resumes);
+        report.sessions.append(&mut shard.sessions);
+        report.stats.absorb(&shard.stats);
+    }
+}
+
+/// The outcome of a whole run, for the exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub findings: bool,
+    pub input_errors: bool,
+}
+
+impl RunOutcome {
+    /// 0: every resume correct (or none); 1: a finding; 2: an input could not be read.
+    pub fn exit_code(self) -> i32 {
+        if self.input_errors {
+            2
+        } else if self.findings {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// Analyzes every input (in parallel when there are several) and writes the report: resumes
+/// in input order, then the summary. Messages go to `err`.
+pub fn run<W: Write, E: Write>(
+    inputs: &[PathBuf],
+    opts: &Options,
+    out: &mut W,
+    err: &mut E,
+) -> std::io::Result<RunOutcome> {
+    let reports: Vec<InputReport> = if inputs.len() > 1 && opts.threads > 1 {
+        let per_input = Options {
+            threads: 1,
+            ..opts.clone()
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.threads)
+            .build()
+            .map_err(std::io::Error::other)?;
+        pool.install(|| {
+            inputs
+                .par_iter()
+                .map(|p| analyze_path(p, &per_input))
+                .collect()
+        })
+    } else {
+        inputs.iter().map(|p| analyze_path(p, opts)).collect()
+    };
+    let mut summary = Summary::new();
+    let mut sessions = BTreeSet::new();
+    let mut stats = InputStats::default();
+    let mut outcome = RunOutcome {
+        findings: false,
+        input_errors: false,
+    };
+    for r in &reports {
+        for (is_error, text) in &r.messages {
+            writeln!(
+                err,
+                "{}: {text}",
+                if *is_error { "error" } else { "warning" }
+            )?;
+            if *is_error {
+                summary.problems.push(InputProblem {
+                    input: r.input.clone(),
+                    error: text.clone(),
+                });
+            }
+        }
+        summary.inputs += 1;
+        if r.failed() {
+            summary.inputs_failed += 1;
+            outcome.input_errors = true;
+        }
+        for res in &r.resumes {
+            report::write_resume(out, &r.input, res)?;
+            summary.count_verdict(res.decision.verdict);
+            outcome.findings |= res.decision.verdict.is_finding();
+        }
+        // Sessions are named per input: the same id in two captures is counted once per input.
+        for s in &r.sessions {
+            sessions.insert((r.input.as_str(), s.as_str()));
+        }
+        stats.absorb(&r.stats);
+    }
+    summary.sessions = sessions.len() as u64;
+    summary.packets = stats.packets;
+    summary.tcp_connections = stats.tcp_connections;
+    summary.http_exchanges = stats.http_exchanges;
+    summary.tcp_gaps = stats.tcp_gaps;
+    summary.tcp_gap_bytes = stats.tcp_gap_bytes;
+    summary.packets_skipped = stats.skipped;
+    summary.anomalies = stats.anomalies;
+    summary.connections_evicted = stats.connections_evicted;
+    summary.out_of_order_overflows = stats.out_of_order_overflows;
+    summary.write(out)?;
+    out.flush()?;
+    Ok(outcome)
+}

@@ -1,0 +1,206 @@
+//! Small owned records handed from one stage to the next, and the sink traits that carry them.
+//!
+//! Input: nothing; every stage depends on this module and on nothing else upstream of it.
+//! Output: the vocabulary of the pipeline — where a byte came from ([`Mark`]), which way it
+//! travelled ([`Direction`]), how a byte stream ended ([`StreamEnd`]), HTTP message heads and
+//! body ends, and the [`Limits`] that keep every stage's state bounded.
+//! Invariants: records are plain data; no record borrows from a capture buffer beyond the call
+//! that hands it over, so a stage may keep what it needs and drop the rest.
+
+/// Where a byte was seen: the capture frame (1-based, numbered as Wireshark numbers them) and
+/// the capture time of that frame in nanoseconds since the Unix epoch. HAR input uses the entry
+/// index (0-based) as `frame` and the entry's `startedDateTime` as time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Mark {
+    pub frame: u64,
+    pub time_ns: i64,
+}
+
+impl Mark {
+    pub const fn new(frame: u64, time_ns: i64) -> Self {
+        Mark { frame, time_ns }
+    }
+}
+
+/// One of the two byte streams of a TCP connection. `Forward` is the direction of the first
+/// packet the capture holds for the connection; `Reverse` the other one. Which side is the
+/// HTTP client is decided later, by content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Forward = 0,
+    Reverse = 1,
+}
+
+impl Direction {
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn other(self) -> Direction {
+        match self {
+            Direction::Forward => Direction::Reverse,
+            Direction::Reverse => Direction::Forward,
+        }
+    }
+}
+
+/// How the in-order byte stream of one direction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEnd {
+    /// A FIN was seen and every byte before it was delivered (or reported as a gap).
+    Fin,
+    /// A RST was seen.
+    Rst,
+    /// The capture ended while the connection was still open.
+    CaptureEnd,
+    /// The connection was dropped to respect `Limits::max_connections`.
+    Evicted,
+    /// The connection stopped being followed (it does not speak HTTP, or switched protocols).
+    Abandoned,
+}
+
+impl StreamEnd {
+    /// True when the end was seen on the wire, so "nothing more came" is a fact of the traffic
+    /// rather than of the capture.
+    pub fn seen_on_wire(self) -> bool {
+        matches!(self, StreamEnd::Fin | StreamEnd::Rst)
+    }
+}
+
+/// Receives the in-order bytes of one direction of a TCP connection.
+///
+/// Contract: calls arrive in stream order; `data` never repeats a byte; bytes the capture does
+/// not hold arrive as one `gap` with their count, in their place; `end` is called exactly once,
+/// last.
+pub trait StreamSink {
+    fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark);
+    fn gap(&mut self, dir: Direction, len: u64, mark: Mark);
+    fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark);
+}
+
+/// A parsed HTTP/1.x request head: only the facts later stages use, owned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestHead {
+    /// 0-based index of the exchange on its connection (requests and responses pair in order).
+    pub exchange: u32,
+    pub method: String,
+    pub target: String,
+    /// `Mcp-Session-Id` as sent (header names are matched without regard to case).
+    pub session_id: Option<String>,
+    /// `Last-Event-ID` exactly as sent.
+    pub last_event_id: Option<String>,
+    /// `MCP-Protocol-Version` as sent.
+    pub protocol_version: Option<String>,
+    /// Frame holding the first byte of the request line.
+    pub first: Mark,
+    /// Frame holding the last byte of the head.
+    pub complete: Mark,
+}
+
+/// A parsed HTTP/1.x final (non-1xx) response head.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Index of the request this response answers (pairing in order, pipelining included).
+    pub exchange: u32,
+    pub status: u16,
+    /// `Content-Type` as sent, whole (parameters included).
+    pub content_type: Option<String>,
+    pub session_id: Option<String>,
+    /// `Content-Encoding` as sent, when any.
+    pub content_encoding: Option<String>,
+    pub first: Mark,
+    pub complete: Mark,
+}
+
+impl ResponseHead {
+    /// True when the media type is `text/event-stream` (case-insensitive, parameters ignored).
+    pub fn is_event_stream(&self) -> bool {
+        self.content_type.as_deref().is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("text/event-stream")
+        })
+    }
+}
+
+/// How a message body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyEnd {
+    /// The framing said the body is over (Content-Length reached, last chunk, or no body).
+    Complete,
+    /// The body was delimited by the end of the connection, or cut short by it.
+    Stream(StreamEnd),
+    /// Framing was lost after missing bytes; the rest of the body cannot be followed.
+    LostSync,
+    /// The body could not be decoded (bad chunk framing, bad gzip data).
+    Malformed,
+}
+
+/// Receives HTTP exchanges of one connection as they are parsed.
+///
+/// Contract: for one exchange, `request` comes before `response` when the request was seen;
+/// `response` before any `body`/`body_gap` of that response; `body_end` exactly once per
+/// response whose head was delivered. Body bytes are content-decoded (gzip/deflate) already.
+/// Request bodies are not delivered.
+pub trait HttpSink {
+    fn request(&mut self, head: RequestHead);
+    fn response(&mut self, head: ResponseHead);
+    fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark);
+    /// `len` bytes of the body are missing (0 when the count is not known after decoding).
+    fn body_gap(&mut self, exchange: u32, len: u64, mark: Mark);
+    fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark);
+    /// Something odd the parser saw and recovered from (reported, never fatal).
+    fn anomaly(&mut self, what: Anomaly, mark: Mark);
+}
+
+/// Parser anomalies: data on the record, never errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Anomaly {
+    /// A head longer than `Limits::max_header_bytes`.
+    HeaderTooLarge,
+    /// Bytes that are not HTTP where a message head was expected; skipped to the next one.
+    Resynchronized,
+    /// Bad Content-Length (negative, not a number, or conflicting values).
+    BadContentLength,
+    /// Bad chunk-size line.
+    BadChunk,
+    /// A response with no request to pair it with (capture began mid-connection).
+    UnpairedResponse,
+    /// gzip/deflate data that does not decode.
+    BadContentEncoding,
+    /// Out-of-order bytes above `Limits::max_out_of_order_bytes` were given up as a gap.
+    OutOfOrderOverflow,
+    /// An SSE field value longer than `Limits::max_sse_field_bytes` was cut.
+    SseFieldTooLong,
+}
+
+/// Bounds that keep every stage's state independent of the input size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Out-of-order bytes buffered per direction before the hole is declared a gap.
+    pub max_out_of_order_bytes: usize,
+    /// Connections tracked at once per capture; the least recently active is evicted beyond it.
+    pub max_connections: usize,
+    /// Longest HTTP message head (request line or status line plus headers).
+    pub max_header_bytes: usize,
+    /// Longest SSE `id`/`event`/`retry` value kept (data is counted, never kept).
+    pub max_sse_field_bytes: usize,
+    /// Largest capture block or record accepted.
+    pub max_block_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_out_of_order_bytes: 4 << 20,
+            max_connections: 100_000,
+            max_header_bytes: 64 << 10,
+            max_sse_field_bytes: 4 << 10,
+            max_block_bytes: 16 << 20,
+        }
+    }
+}

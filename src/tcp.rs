@@ -1,0 +1,1305 @@
+//! TCP reassembly: the two byte streams of one connection, rebuilt from segments.
+//!
+//! Input: the segments of one connection in capture order, each with the direction it
+//! travelled ([`Direction::Forward`] is the direction of the first packet seen).
+//! Output: per direction, calls on a [`StreamSink`]: in-order `data`, an explicit `gap` for every
+//! run of bytes the capture does not hold, then exactly one `end`.
+//! Invariants:
+//! - every byte position of a direction, from its start to its end, is reported exactly once,
+//!   either as data or inside a gap; bytes are never glued across a hole;
+//! - when two captured copies of a position disagree, the first one captured wins;
+//! - buffered out-of-order bytes of a direction never cost more than
+//!   `Limits::max_out_of_order_bytes` (each buffered piece is charged [`PIECE_COST_BYTES`] on
+//!   top of its length, so many tiny pieces cannot exceed the bound either);
+//! - in-order segments go to the sink straight from the caller's buffer, without a copy.
+//!
+//! Positions are u64 offsets from the start of each direction; a 32-bit sequence number is read
+//! as the position nearest to the next expected one (signed 32-bit distance), which follows the
+//! stream across any number of wraps.
+//!
+//! A hole is declared a gap, in its place, when the capture cannot fill it any more:
+//! - the other direction acknowledged bytes past the start of the hole (the receiver got what
+//!   the capture missed) and captured bytes follow the hole, or the FIN closes it;
+//! - the out-of-order buffer would exceed its limit (counted in [`TcpStats::overflows`]);
+//! - a RST arrives, or the caller calls [`TcpConnection::finish`].
+//!
+//! A hole before a FIN is left open until one of these happens, because a real loss on the wire
+//! is retransmitted after the FIN and the capture then holds the bytes. When the FIN itself was
+//! not captured, a trailing gap found through acknowledgements may count the FIN's sequence slot
+//! as one missing byte: the capture cannot tell the two apart.
+
+use std::collections::BTreeMap;
+
+use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
+
+/// Control bits of a TCP header that reassembly looks at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpFlags {
+    pub syn: bool,
+    pub ack: bool,
+    pub fin: bool,
+    pub rst: bool,
+}
+
+/// One captured TCP segment of a connection.
+#[derive(Clone, Copy, Debug)]
+pub struct TcpSegment<'a> {
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: TcpFlags,
+    pub payload: &'a [u8],
+    pub mark: Mark,
+}
+
+/// Counters over both directions of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Gaps reported to the sink.
+    pub gaps: u64,
+    /// Bytes inside those gaps.
+    pub gap_bytes: u64,
+    /// Captured bytes dropped because their position was already delivered or buffered.
+    pub retransmitted_bytes: u64,
+    /// Segments buffered because bytes before them were missing.
+    pub out_of_order_segments: u64,
+    /// Holes given up as gaps because the out-of-order buffer was full.
+    pub overflows: u64,
+}
+
+impl TcpStats {
+    fn add(&mut self, other: &TcpStats) {
+        self.gaps = self.gaps.saturating_add(other.gaps);
+        self.gap_bytes = self.gap_bytes.saturating_add(other.gap_bytes);
+        self.retransmitted_bytes = self
+            .retransmitted_bytes
+            .saturating_add(other.retransmitted_bytes);
+        self.out_of_order_segments = self
+            .out_of_order_segments
+            .saturating_add(other.out_of_order_segments);
+        self.overflows = self.overflows.saturating_add(other.overflows);
+    }
+}
+
+/// What one buffered piece costs against `Limits::max_out_of_order_bytes` besides its bytes:
+/// roughly its map entry and vector header, so a flood of one-byte segments stays bounded.
+pub const PIECE_COST_BYTES: usize = 64;
+
+/// Bytes captured ahead of a hole, kept until the hole closes or becomes a gap.
+#[derive(Debug)]
+struct OutOfOrderPiece {
+    bytes: Vec<u8>,
+    mark: Mark,
+}
+
+impl OutOfOrderPiece {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn cost(&self) -> usize {
+        self.bytes.len().saturating_add(PIECE_COST_BYTES)
+    }
+}
+
+/// One direction of the connection.
+#[derive(Debug)]
+struct HalfStream {
+    dir: Direction,
+    max_pending_cost: usize,
+    /// The start of the stream is known (from a SYN, a SYN-ACK, or the first data captured).
+    started: bool,
+    /// The start came from the handshake, so position 0 is the first byte ever sent.
+    from_start: bool,
+    ended: bool,
+    /// Sequence number of position 0.
+    origin_seq: u32,
+    /// Next position to deliver; everything before it was delivered or gapped.
+    next: u64,
+    /// Highest position the other direction acknowledged.
+    acked_to: u64,
+    /// Position of the FIN, once captured; nothing at or after it is delivered.
+    fin_at: Option<u64>,
+    fin_mark: Mark,
+    /// Out-of-order pieces by position: each starts after `next`, none overlap, all end at or
+    /// before `fin_at`.
+    pending: BTreeMap<u64, OutOfOrderPiece>,
+    pending_cost: usize,
+    stats: TcpStats,
+}
+
+impl HalfStream {
+    fn new(dir: Direction, max_pending_cost: usize) -> Self {
+        HalfStream {
+            dir,
+            max_pending_cost,
+            started: false,
+            from_start: false,
+            ended: false,
+            origin_seq: 0,
+            next: 0,
+            acked_to: 0,
+            fin_at: None,
+            fin_mark: Mark::default(),
+            pending: BTreeMap::new(),
+            pending_cost: 0,
+            stats: TcpStats::default(),
+        }
+    }
+
+    fn start_at(&mut self, first_byte_seq: u32, from_start: bool) {
+        self.started = true;
+        self.from_start = from_start;
+        self.origin_seq = first_byte_seq;
+        self.next = 0;
+        self.acked_to = 0;
+    }
+
+    /// Position of `seq`, taken as the one nearest to `next`; negative before the start.
+    fn position(&self, seq: u32) -> i128 {
+        // Truncation is the point: sequence numbers are positions modulo 2^32.
+        let next_seq = self.origin_seq.wrapping_add(self.next as u32);
+        let distance = seq.wrapping_sub(next_seq) as i32;
+        i128::from(self.next) + i128::from(distance)
+    }
+
+    /// The other direction acknowledged everything before `ack`.
+    fn on_ack<S: StreamSink>(&mut self, ack: u32, mark: Mark, sink: &mut S) {
+        if !self.started || self.ended {
+            return;
+        }
+        let acked = self.position(ack);
+        if acked > i128::from(self.acked_to) {
+            self.acked_to = u64::try_from(acked).unwrap_or(u64::MAX);
+            self.reveal_acked_holes(mark, sink);
+            self.end_if_complete(sink);
+        }
+    }
+
+    fn on_segment<S: StreamSink>(&mut self, seg: &TcpSegment<'_>, sink: &mut S) {
+        if self.ended {
+            return;
+        }
+        let data_seq = if seg.flags.syn {
+            if self.started {
+                // A retransmitted SYN (or a late one after the SYN-ACK anchored this side).
+                return;
+            }
+            let first = seg.seq.wrapping_add(1);
+            self.start_at(first, true);
+            first
+        } else {
+            if !self.started {
+                if seg.payload.is_empty() && !seg.flags.fin {
+                    return;
+                }
+                // Mid-stream: the first captured byte is position 0.
+                self.start_at(seg.seq, false);
+            }
+            seg.seq
+        };
+        let start = self.position(data_seq);
+        let end = start + seg.payload.len() as i128;
+        if seg.flags.fin {
+            self.set_fin(end, seg.mark);
+        }
+        self.accept(start, seg.payload, seg.mark, sink);
+        self.reveal_acked_holes(seg.mark, sink);
+        self.end_if_complete(sink);
+    }
+
+    fn set_fin(&mut self, fin_position: i128, mark: Mark) {
+        if self.fin_at.is_some() {
+            return;
+        }
+        // A FIN before bytes already delivered makes no sense on the wire; end where we are.
+        let fin = u64::try_from(fin_position.max(i128::from(self.next))).unwrap_or(u64::MAX);
+        self.fin_at = Some(fin);
+        self.fin_mark = mark;
+        // Drop buffered bytes at or after the FIN: nothing is sent after it.
+        let beyond = self.pending.split_off(&fin);
+        for piece in beyond.values() {
+            self.pending_cost = self.pending_cost.saturating_sub(piece.cost());
+        }
+        if let Some(mut last) = self.pending.last_entry() {
+            let keep = usize::try_from(fin.saturating_sub(*last.key())).unwrap_or(usize::MAX);
+            let piece = last.get_mut();
+            let cut = piece.bytes.len().saturating_sub(keep);
+            if cut > 0 {
+                piece.bytes.truncate(keep);
+                self.pending_cost = self.pending_cost.saturating_sub(cut);
+            }
+        }
+    }
+
+    /// Takes the captured bytes at `start`: delivers, buffers, or drops what is known already.
+    fn accept<S: StreamSink>(&mut self, start: i128, bytes: &[u8], mark: Mark, sink: &mut S) {
+        let mut start = start;
+        let mut bytes = bytes;
+        if let Some(fin) = self.fin_at {
+            let room = (i128::from(fin) - start).clamp(0, bytes.len() as i128);
+            bytes = bytes.get(..room as usize).unwrap_or(&[]);
+        }
+        loop {
+            let next = i128::from(self.next);
+            if start < next {
+                let known = usize::try_from(next - start)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                self.count_retransmitted(known);
+                bytes = bytes.get(known..).unwrap_or(&[]);
+                start = next;
+            }
+            if bytes.is_empty() {
+                return;
+            }
+            let Ok(seg_start) = u64::try_from(start) else {
+                return;
+            };
+            if seg_start == self.next {
+                self.deliver_in_order(bytes, mark, sink);
+                return;
+            }
+            let seg_end = seg_start.saturating_add(bytes.len() as u64);
+            let (new_bytes, new_pieces) = self.uncovered(seg_start, seg_end);
+            if new_bytes == 0 {
+                self.count_retransmitted(bytes.len());
+                return;
+            }
+            let cost = usize::try_from(new_bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_add(new_pieces.saturating_mul(PIECE_COST_BYTES));
+            if self.pending_cost.saturating_add(cost) <= self.max_pending_cost {
+                self.count_retransmitted(
+                    bytes
+                        .len()
+                        .saturating_sub(usize::try_from(new_bytes).unwrap_or(usize::MAX)),
+                );
+                self.insert_uncovered(seg_start, bytes, mark);
+                self.stats.out_of_order_segments += 1;
+                return;
+            }
+            // No room: give up the oldest hole, which also lets buffered bytes after it flow.
+            self.stats.overflows += 1;
+            let hole_end = match self.pending.first_key_value() {
+                Some((&first, _)) if first < seg_start => first,
+                _ => seg_start,
+            };
+            self.gap_to(hole_end, mark, sink);
+        }
+    }
+
+    /// `bytes` start at `next`. Buffered pieces inside their range win over them (first
+    /// captured copy), and pieces that become contiguous follow.
+    fn deliver_in_order<S: StreamSink>(&mut self, bytes: &[u8], mark: Mark, sink: &mut S) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let rest_end = self.next.saturating_add(rest.len() as u64);
+            let piece_start = match self.pending.first_key_value() {
+                Some((&piece_start, _)) if piece_start < rest_end => piece_start,
+                _ => {
+                    self.emit_data(rest, mark, sink);
+                    return self.drain_contiguous(sink);
+                }
+            };
+            let before = usize::try_from(piece_start.saturating_sub(self.next))
+                .unwrap_or(usize::MAX)
+                .min(rest.len());
+            if before > 0 {
+                self.emit_data(rest.get(..before).unwrap_or(&[]), mark, sink);
+                rest = rest.get(before..).unwrap_or(&[]);
+            }
+            // `next` is now at the piece; the piece's copy of the overlap is kept.
+            let Some((_, piece)) = self.pending.pop_first() else {
+                break;
+            };
+            self.pending_cost = self.pending_cost.saturating_sub(piece.cost());
+            let overlap = piece.bytes.len().min(rest.len());
+            self.count_retransmitted(overlap);
+            rest = rest.get(overlap..).unwrap_or(&[]);
+            self.emit_data(&piece.bytes, piece.mark, sink);
+        }
+        self.drain_contiguous(sink);
+    }
+
+    /// Delivers buffered pieces that start at or before `next`.
+    fn drain_contiguous<S: StreamSink>(&mut self, sink: &mut S) {
+        while let Some((&piece_start, _)) = self.pending.first_key_value() {
+            if piece_start > self.next {
+                return;
+            }
+            let Some((_, piece)) = self.pending.pop_first() else {
+                return;
+            };
+            self.pending_cost = self.pending_cost.saturating_sub(piece.cost());
+            let already = usize::try_from(self.next - piece_start).unwrap_or(usize::MAX);
+            if let Some(tail) = piece.bytes.get(already..) {
+                self.emit_data(tail, piece.mark, sink);
+            }
+        }
+    }
+
+    /// Bytes of `[start, end)` not yet buffered, and how many pieces they would form.
+    fn uncovered(&self, start: u64, end: u64) -> (u64, usize) {
+        let mut bytes = 0u64;
+        let mut pieces = 0usize;
+        let mut cursor = start;
+        while cursor < end {
+            match self.piece_around(cursor, end) {
+                Ok(covered_to) => cursor = covered_to,
+                Err(free_to) => {
+                    bytes += free_to - cursor;
+                    pieces += 1;
+                    cursor = free_to;
+                }
+            }
+        }
+        (bytes, pieces)
+    }
+
+    fn insert_uncovered(&mut self, start: u64, bytes: &[u8], mark: Mark) {
+        let end = start.saturating_add(bytes.len() as u64);
+        let mut cursor = start;
+        while cursor < end {
+            match self.piece_around(cursor, end) {
+                Ok(covered_to) => cursor = covered_to,
+                Err(free_to) => {
+                    let from = usize::try_from(cursor - start).unwrap_or(usize::MAX);
+                    let to = usize::try_from(free_to - start).unwrap_or(usize::MAX);
+                    let piece = OutOfOrderPiece {
+                        bytes: bytes.get(from..to).unwrap_or(&[]).to_vec(),
+                        mark,
+                    };
+                    self.pending_cost = self.pending_cost.saturating_add(piece.cost());
+                    self.pending.insert(cursor, piece);
+                    cursor = free_to;
+                }
+            }
+        }
+    }
+
+    /// At `cursor` (below `limit`): `Ok(end)` when a buffered piece covers it up to `end`,
+    /// `Err(end)` when it is free up to `end` (the next piece or `limit`).
+    fn piece_around(&self, cursor: u64, limit: u64) -> Result<u64, u64> {
+        if let Some((&piece_start, piece)) = self.pending.range(..=cursor).next_back() {
+            let piece_end = piece_start.saturating_add(piece.len());
+            if piece_end > cursor {
+                return Ok(piece_end);
+            }
+        }
+        let free_to = match self.pending.range(cursor..).next() {
+            Some((&piece_start, _)) => piece_start.min(limit),
+            None => limit,
+        };
+        Err(free_to)
+    }
+
+    /// Holes the other direction acknowledged become gaps once something follows them in the
+    /// capture (buffered bytes or the FIN); a hole at the tail waits, since the bytes may still
+    /// be captured and the acknowledgement may count an uncaptured FIN.
+    fn reveal_acked_holes<S: StreamSink>(&mut self, mark: Mark, sink: &mut S) {
+        loop {
+            let acked = match self.fin_at {
+                Some(fin) => self.acked_to.min(fin),
+                None => self.acked_to,
+            };
+            if acked <= self.next {
+                return;
+            }
+            let hole_end = match (self.pending.first_key_value(), self.fin_at) {
+                (Some((&piece_start, _)), _) => piece_start.min(acked),
+                (None, Some(_)) => acked,
+                (None, None) => return,
+            };
+            if hole_end <= self.next {
+                return;
+            }
+            self.gap_to(hole_end, mark, sink);
+        }
+    }
+
+    /// Reports `[next, to)` as missing, then delivers what became contiguous.
+    fn gap_to<S: StreamSink>(&mut self, to: u64, mark: Mark, sink: &mut S) {
+        if to > self.next {
+            let len = to - self.next;
+            sink.gap(self.dir, len, mark);
+            self.stats.gaps += 1;
+            self.stats.gap_bytes = self.stats.gap_bytes.saturating_add(len);
+            self.next = to;
+        }
+        self.drain_contiguous(sink);
+    }
+
+    fn emit_data<S: StreamSink>(&mut self, bytes: &[u8], mark: Mark, sink: &mut S) {
+        if bytes.is_empty() {
+            return;
+        }
+        sink.data(self.dir, bytes, mark);
+        self.next = self.next.saturating_add(bytes.len() as u64);
+    }
+
+    fn count_retransmitted(&mut self, bytes: usize) {
+        self.stats.retransmitted_bytes =
+            self.stats.retransmitted_bytes.saturating_add(bytes as u64);
+    }
+
+    fn end_if_complete<S: StreamSink>(&mut self, sink: &mut S) {
+        if !self.ended && self.fin_at == Some(self.next) {
+            let mark = self.fin_mark;
+            self.end(StreamEnd::Fin, mark, sink);
+        }
+    }
+
+    /// Everything still open becomes final: holes before buffered bytes are gaps, buffered
+    /// bytes are delivered, the tail up to the FIN (or the last acknowledged byte) is a gap,
+    /// and the direction ends — with `Fin` when the FIN was captured, else with `how`.
+    fn flush_and_end<S: StreamSink>(&mut self, how: StreamEnd, mark: Mark, sink: &mut S) {
+        if self.ended {
+            return;
+        }
+        if self.started {
+            while let Some((&piece_start, _)) = self.pending.first_key_value() {
+                self.gap_to(piece_start, mark, sink);
+            }
+            let tail = self.fin_at.unwrap_or(self.acked_to);
+            self.gap_to(tail, mark, sink);
+        }
+        self.end_if_complete(sink);
+        self.end(how, mark, sink);
+    }
+
+    fn end<S: StreamSink>(&mut self, how: StreamEnd, mark: Mark, sink: &mut S) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        self.pending.clear();
+        self.pending_cost = 0;
+        sink.end(self.dir, how, mark);
+    }
+}
+
+/// Reassembly state of one TCP connection, both directions.
+#[derive(Debug)]
+pub struct TcpConnection {
+    /// Forward, then Reverse.
+    halves: [HalfStream; 2],
+    any_seen: bool,
+    first_was_syn: bool,
+}
+
+impl TcpConnection {
+    pub fn new(limits: &Limits) -> Self {
+        let max = limits.max_out_of_order_bytes;
+        TcpConnection {
+            halves: [
+                HalfStream::new(Direction::Forward, max),
+                HalfStream::new(Direction::Reverse, max),
+            ],
+            any_seen: false,
+            first_was_syn: false,
+        }
+    }
+
+    /// One segment of this connection in capture order; `dir` says which way it travelled
+    /// (Forward = direction of the first packet seen for the connection).
+    pub fn segment<S: StreamSink>(&mut self, dir: Direction, seg: &TcpSegment<'_>, sink: &mut S) {
+        if !self.any_seen {
+            self.any_seen = true;
+            self.first_was_syn = seg.flags.syn;
+        }
+        let [forward, reverse] = &mut self.halves;
+        let (this, other) = match dir {
+            Direction::Forward => (forward, reverse),
+            Direction::Reverse => (reverse, forward),
+        };
+        if seg.flags.ack {
+            if seg.flags.syn && !other.started && !other.ended {
+                // A SYN-ACK acknowledges exactly the peer's SYN: the peer's data starts there.
+                other.start_at(seg.ack, true);
+            }
+            other.on_ack(seg.ack, seg.mark, sink);
+        }
+        if seg.flags.rst {
+            // The receiver discards everything on RST; the payload of a RST is not stream data.
+            this.flush_and_end(StreamEnd::Rst, seg.mark, sink);
+            other.flush_and_end(StreamEnd::Rst, seg.mark, sink);
+            return;
+        }
+        this.on_segment(seg, sink);
+    }
+
+    /// The capture ended or the connection is dropped: flush what is buffered (holes become
+    /// gaps) and end every direction not ended yet with `how` (with `Fin` when the FIN of that
+    /// direction was captured, since every byte before it is then accounted for).
+    pub fn finish<S: StreamSink>(&mut self, how: StreamEnd, mark: Mark, sink: &mut S) {
+        for half in &mut self.halves {
+            half.flush_and_end(how, mark, sink);
+        }
+    }
+
+    /// Both directions have ended (FIN delivered on both, or RST).
+    pub fn is_closed(&self) -> bool {
+        self.halves.iter().all(|half| half.ended)
+    }
+
+    /// The first packet seen was a SYN (so each direction's bytes are seen from their start).
+    pub fn syn_seen(&self) -> bool {
+        self.first_was_syn
+    }
+
+    /// The first byte delivered for `dir` is the first byte its sender ever sent (its SYN, or
+    /// the SYN-ACK acknowledging it, was captured) rather than a mid-stream byte.
+    pub fn seen_from_start(&self, dir: Direction) -> bool {
+        self.half(dir).from_start
+    }
+
+    /// Bytes of `dir` delivered or reported as gaps so far.
+    pub fn position(&self, dir: Direction) -> u64 {
+        self.half(dir).next
+    }
+
+    fn half(&self, dir: Direction) -> &HalfStream {
+        let [forward, reverse] = &self.halves;
+        match dir {
+            Direction::Forward => forward,
+            Direction::Reverse => reverse,
+        }
+    }
+
+    pub fn stats(&self) -> TcpStats {
+        let mut total = TcpStats::default();
+        for half in &self.halves {
+            total.add(&half.stats);
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Direction::{Forward, Reverse};
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Event {
+        Data(Vec<u8>),
+        Gap(u64),
+        End(StreamEnd),
+    }
+
+    /// Records what a direction receives, merging adjacent data, and checks the sink contract.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        events: [Vec<Event>; 2],
+        gap_marks: [Vec<Mark>; 2],
+        end_marks: [Option<Mark>; 2],
+    }
+
+    impl Recorder {
+        fn of(&self, dir: Direction) -> &[Event] {
+            &self.events[dir.index()]
+        }
+        fn open(&mut self, dir: Direction) -> &mut Vec<Event> {
+            let events = &mut self.events[dir.index()];
+            assert!(
+                !matches!(events.last(), Some(Event::End(_))),
+                "{dir:?}: call after end"
+            );
+            events
+        }
+    }
+
+    impl StreamSink for Recorder {
+        fn data(&mut self, dir: Direction, bytes: &[u8], _mark: Mark) {
+            assert!(!bytes.is_empty(), "empty data call");
+            let events = self.open(dir);
+            match events.last_mut() {
+                Some(Event::Data(run)) => run.extend_from_slice(bytes),
+                _ => events.push(Event::Data(bytes.to_vec())),
+            }
+        }
+        fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+            assert!(len > 0, "empty gap");
+            self.open(dir).push(Event::Gap(len));
+            self.gap_marks[dir.index()].push(mark);
+        }
+        fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+            self.open(dir).push(Event::End(how));
+            self.end_marks[dir.index()] = Some(mark);
+        }
+    }
+
+    fn flags(spec: &str) -> TcpFlags {
+        TcpFlags {
+            syn: spec.contains('S'),
+            ack: spec.contains('A'),
+            fin: spec.contains('F'),
+            rst: spec.contains('R'),
+        }
+    }
+
+    fn data(bytes: &[u8]) -> Event {
+        Event::Data(bytes.to_vec())
+    }
+
+    /// A connection fed frame by frame; frame numbers count from 1.
+    struct Wire {
+        conn: TcpConnection,
+        rec: Recorder,
+        frame: u64,
+    }
+
+    impl Wire {
+        fn new(max_out_of_order_bytes: usize) -> Self {
+            let limits = Limits {
+                max_out_of_order_bytes,
+                ..Limits::default()
+            };
+            Wire {
+                conn: TcpConnection::new(&limits),
+                rec: Recorder::default(),
+                frame: 0,
+            }
+        }
+        fn send(&mut self, dir: Direction, seq: u32, ack: u32, spec: &str, payload: &[u8]) -> Mark {
+            self.frame += 1;
+            let mark = Mark::new(self.frame, self.frame as i64 * 1_000);
+            let seg = TcpSegment {
+                seq,
+                ack,
+                flags: flags(spec),
+                payload,
+                mark,
+            };
+            self.conn.segment(dir, &seg, &mut self.rec);
+            mark
+        }
+        fn finish(&mut self, how: StreamEnd) -> Mark {
+            self.frame += 1;
+            let mark = Mark::new(self.frame, 0);
+            self.conn.finish(how, mark, &mut self.rec);
+            mark
+        }
+        /// Client (Forward) ISN 1000, server (Reverse) ISN 5000: data at 1001 and 5001.
+        fn handshake(&mut self) {
+            self.send(Forward, 1000, 0, "S", b"");
+            self.send(Reverse, 5000, 1001, "SA", b"");
+            self.send(Forward, 1001, 5001, "A", b"");
+        }
+    }
+
+    const TEXT: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
+
+    #[test]
+    fn in_order_with_handshake() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        let request = b"GET /mcp HTTP/1.1\r\nHost: a\r\n\r\n";
+        let response = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        let rq = request.len() as u32;
+        let rs = response.len() as u32;
+        w.send(Forward, 1001, 5001, "A", request);
+        w.send(Reverse, 5001, 1001 + rq, "A", response);
+        let fin = w.send(Forward, 1001 + rq, 5001 + rs, "FA", b"");
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(request), Event::End(StreamEnd::Fin)]
+        );
+        assert_eq!(w.rec.end_marks[0], Some(fin));
+        assert!(!w.conn.is_closed());
+        w.send(Reverse, 5001 + rs, 1002 + rq, "FA", b"");
+        w.send(Forward, 1002 + rq, 5002 + rs, "A", b"");
+        assert_eq!(
+            w.rec.of(Reverse),
+            [data(response), Event::End(StreamEnd::Fin)]
+        );
+        assert!(w.conn.is_closed());
+        assert!(w.conn.syn_seen());
+        assert!(w.conn.seen_from_start(Forward) && w.conn.seen_from_start(Reverse));
+        assert_eq!(w.conn.stats(), TcpStats::default());
+        // Finishing a closed connection changes nothing (the recorder rejects a second end).
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(w.rec.of(Reverse).len(), 2);
+    }
+
+    #[test]
+    fn mid_stream_start_in_both_directions() {
+        let mut w = Wire::new(1 << 20);
+        // The server's stream is already running; Forward is the server here.
+        w.send(Forward, 0xdead_0000, 777, "A", b"data: 1\n\n");
+        // A pure ACK does not fix where the client's bytes start.
+        w.send(Reverse, 700, 0xdead_0009, "A", b"");
+        w.send(Reverse, 777, 0xdead_0009, "A", b"GET");
+        w.send(Forward, 0xdead_0009, 780, "A", b"data: 2\n\n");
+        // Bytes from before the first captured one cannot be placed: dropped and counted.
+        w.send(Forward, 0xdead_0000 - 4, 780, "A", b"xxxx");
+        assert_eq!(w.rec.of(Forward), [data(b"data: 1\n\ndata: 2\n\n")]);
+        assert_eq!(w.rec.of(Reverse), [data(b"GET")]);
+        assert!(!w.conn.syn_seen());
+        assert!(!w.conn.seen_from_start(Forward) && !w.conn.seen_from_start(Reverse));
+        assert_eq!(w.conn.stats().retransmitted_bytes, 4);
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [data(b"GET"), Event::End(StreamEnd::CaptureEnd)]
+        );
+    }
+
+    #[test]
+    fn reordered_segments_are_delivered_when_the_hole_closes() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        let part = |i: usize| &TEXT[i * 10..i * 10 + 10];
+        for i in [1usize, 3, 2] {
+            w.send(Forward, 1001 + 10 * i as u32, 5001, "A", part(i));
+        }
+        assert_eq!(w.rec.of(Forward), []);
+        w.send(Forward, 1001, 5001, "A", part(0));
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..40])]);
+        let stats = w.conn.stats();
+        assert_eq!(stats.out_of_order_segments, 3);
+        assert_eq!(stats.gaps, 0);
+        assert_eq!(stats.retransmitted_bytes, 0);
+    }
+
+    #[test]
+    fn duplicates_and_retransmissions_are_dropped_and_counted() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        let (a, b, c) = (&TEXT[..10], &TEXT[10..25], &TEXT[25..40]);
+        w.send(Forward, 1031 - 5, 5001, "A", c); // out of order
+        w.send(Forward, 1026, 5001, "A", c); // duplicate of a buffered segment
+        w.send(Forward, 1001, 5001, "A", a);
+        w.send(Forward, 1001, 5001, "A", a);
+        w.send(Forward, 1011, 5001, "A", b);
+        w.send(Forward, 1001, 5001, "A", a);
+        w.send(Forward, 1011, 5001, "A", b);
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..40])]);
+        let stats = w.conn.stats();
+        assert_eq!(stats.retransmitted_bytes, 15 + 10 + 10 + 15);
+        assert_eq!(stats.out_of_order_segments, 1);
+    }
+
+    #[test]
+    fn overlapping_copies_keep_the_first_captured_bytes() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        let at = |pos: u32| 1001 + pos;
+        w.send(Forward, at(0), 5001, "A", &TEXT[..8]);
+        // [5, 12) overlaps delivered bytes at its front.
+        w.send(Forward, at(5), 5001, "A", b"XXX89ab");
+        // [15, 18) buffered; then [13, 20) overlaps it in its middle.
+        w.send(Forward, at(15), 5001, "A", &TEXT[15..18]);
+        w.send(Forward, at(13), 5001, "A", b"de\x00\x00\x00ij");
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..12])]);
+        // [12, 16) closes the hole and overlaps the buffered [13, 15) and [15, 18).
+        w.send(Forward, at(12), 5001, "A", b"cZZZ");
+        // [18, 22) overlaps the buffered tail [18, 20) at its front.
+        w.send(Forward, at(18), 5001, "A", b"YYkl");
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..22])]);
+        let stats = w.conn.stats();
+        assert_eq!(stats.retransmitted_bytes, 3 + 3 + 3 + 2);
+        assert_eq!(stats.gaps, 0);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_at_2_pow_32() {
+        for isn in [u32::MAX - 5, u32::MAX, u32::MAX - 10] {
+            let mut w = Wire::new(1 << 20);
+            w.send(Forward, isn, 0, "S", b"");
+            w.send(Reverse, 9, isn.wrapping_add(1), "SA", b"");
+            let seq = |pos: u32| isn.wrapping_add(1).wrapping_add(pos);
+            w.send(Forward, seq(20), 10, "A", &TEXT[20..30]);
+            w.send(Forward, seq(0), 10, "A", &TEXT[..10]);
+            w.send(Reverse, 10, seq(10), "A", b"");
+            w.send(Forward, seq(10), 10, "A", &TEXT[10..20]);
+            w.send(Forward, seq(30), 10, "FA", b"");
+            assert_eq!(
+                w.rec.of(Forward),
+                [data(&TEXT[..30]), Event::End(StreamEnd::Fin)],
+                "isn {isn}"
+            );
+            assert_eq!(w.conn.stats().gaps, 0);
+        }
+    }
+
+    #[test]
+    fn positions_keep_counting_across_many_wraps() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        let step: u64 = 1 << 30;
+        for round in 0..10u64 {
+            let hole_end = round * (step + 1) + step;
+            let seq = 1001u32.wrapping_add(hole_end as u32);
+            w.send(Forward, seq, 5001, "A", b"x");
+            // The receiver acknowledges past the hole: the capture missed those bytes.
+            w.send(Reverse, 5001, seq.wrapping_add(1), "A", b"");
+        }
+        assert_eq!(w.conn.position(Forward), 10 * (step + 1));
+        let stats = w.conn.stats();
+        assert_eq!((stats.gaps, stats.gap_bytes), (10, 10 * step));
+        let expected: Vec<Event> = (0..10)
+            .flat_map(|_| [Event::Gap(step), data(b"x")])
+            .collect();
+        assert_eq!(w.rec.of(Forward), expected);
+    }
+
+    #[test]
+    fn reverse_ack_reveals_a_hole() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        w.send(Forward, 1021, 5001, "A", &TEXT[20..30]); // [10, 20) never captured
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..10])]);
+        // An ACK without the ACK flag means nothing.
+        w.send(Reverse, 5001, 1031, "", b"");
+        assert_eq!(w.rec.of(Forward).len(), 1);
+        let ack = w.send(Reverse, 5001, 1031, "A", b"");
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(&TEXT[..10]), Event::Gap(10), data(&TEXT[20..30])]
+        );
+        assert_eq!(w.rec.gap_marks[0], [ack]);
+        // A tail hole that was acknowledged waits for what follows it.
+        w.send(Reverse, 5001, 1041, "A", b"");
+        assert_eq!(w.rec.of(Forward).len(), 3);
+        // A stale ACK changes nothing.
+        w.send(Reverse, 5001, 1011, "A", b"");
+        let next = w.send(Forward, 1041, 5001, "A", &TEXT[40..45]);
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(10),
+                data(&TEXT[20..30]),
+                Event::Gap(10),
+                data(&TEXT[40..45]),
+            ]
+        );
+        assert_eq!(w.rec.gap_marks[0], [ack, next]);
+        assert_eq!(w.conn.stats().gap_bytes, 20);
+    }
+
+    #[test]
+    fn out_of_order_overflow_gives_up_the_oldest_hole() {
+        let limit = 2 * (10 + PIECE_COST_BYTES);
+        let mut w = Wire::new(limit);
+        w.handshake();
+        w.send(Forward, 1011, 5001, "A", &TEXT[10..20]);
+        w.send(Forward, 1021, 5001, "A", &TEXT[20..30]);
+        assert_eq!(w.rec.of(Forward), []);
+        let third = w.send(Forward, 1041, 5001, "A", &TEXT[40..50]);
+        assert_eq!(w.rec.of(Forward), [Event::Gap(10), data(&TEXT[10..30])]);
+        assert_eq!(w.rec.gap_marks[0], [third]);
+        let stats = w.conn.stats();
+        assert_eq!((stats.overflows, stats.out_of_order_segments), (1, 3));
+        let end = w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                Event::Gap(10),
+                data(&TEXT[10..30]),
+                Event::Gap(10),
+                data(&TEXT[40..50]),
+                Event::End(StreamEnd::CaptureEnd),
+            ]
+        );
+        assert_eq!(w.rec.gap_marks[0], [third, end]);
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::CaptureEnd)]);
+    }
+
+    #[test]
+    fn zero_limit_turns_every_hole_into_a_gap_at_once() {
+        let mut w = Wire::new(0);
+        w.handshake();
+        w.send(Forward, 1011, 5001, "A", &TEXT[10..20]);
+        assert_eq!(w.rec.of(Forward), [Event::Gap(10), data(&TEXT[10..20])]);
+        // The missing bytes arriving late are behind the stream now.
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        assert_eq!(w.conn.stats().retransmitted_bytes, 10);
+        assert_eq!(w.conn.stats().overflows, 1);
+    }
+
+    #[test]
+    fn a_flood_of_tiny_segments_stays_within_the_limit() {
+        let limit = 1000;
+        let mut w = Wire::new(limit);
+        w.handshake();
+        for i in 0..500u32 {
+            w.send(Forward, 1003 + 2 * i, 5001, "A", b"z");
+            assert!(w.conn.halves[0].pending_cost <= limit);
+        }
+        let stats = w.conn.stats();
+        assert!(stats.overflows > 0);
+        w.finish(StreamEnd::CaptureEnd);
+        let delivered: usize = w
+            .rec
+            .of(Forward)
+            .iter()
+            .map(|e| match e {
+                Event::Data(run) => run.len(),
+                _ => 0,
+            })
+            .sum();
+        let stats = w.conn.stats();
+        assert_eq!(delivered as u64 + stats.gap_bytes, 1001);
+    }
+
+    #[test]
+    fn fin_waits_for_a_retransmission_that_fills_the_hole() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        w.send(Forward, 1021, 5001, "A", &TEXT[20..30]);
+        let fin = w.send(Forward, 1031, 5001, "FA", b"");
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..10])]);
+        w.send(Forward, 1011, 5001, "A", &TEXT[10..20]);
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(&TEXT[..30]), Event::End(StreamEnd::Fin)]
+        );
+        assert_eq!(w.rec.end_marks[0], Some(fin));
+        // Bytes after the FIN position are ignored.
+        w.send(Forward, 1031, 5001, "A", b"late");
+        assert_eq!(w.rec.of(Forward).len(), 2);
+        assert_eq!(w.conn.stats().gaps, 0);
+    }
+
+    #[test]
+    fn fin_with_holes_ends_once_the_peer_acknowledges_it() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        // Data and FIN in one segment after a hole; the FIN drops buffered bytes beyond it.
+        w.send(Forward, 1036, 5001, "A", &TEXT[35..45]);
+        w.send(Forward, 1021, 5001, "FA", &TEXT[20..30]);
+        assert_eq!(w.conn.halves[0].pending_cost, 10 + PIECE_COST_BYTES);
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..10])]);
+        let ack = w.send(Reverse, 5001, 1032, "A", b"");
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(10),
+                data(&TEXT[20..30]),
+                Event::End(StreamEnd::Fin)
+            ]
+        );
+        assert_eq!(w.rec.gap_marks[0], [ack]);
+    }
+
+    #[test]
+    fn fin_after_an_uncaptured_tail() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        w.send(Forward, 1031, 5001, "FA", b"");
+        w.send(Reverse, 5001, 1032, "A", b"");
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(20),
+                Event::End(StreamEnd::Fin)
+            ]
+        );
+
+        // Without any acknowledgement, the end of the capture closes the hole; the FIN was
+        // seen, so the direction ends with it.
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        w.send(Forward, 1031, 5001, "FA", b"");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(20),
+                Event::End(StreamEnd::Fin)
+            ]
+        );
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::CaptureEnd)]);
+    }
+
+    #[test]
+    fn rst_flushes_and_ends_both_directions() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", b"GET");
+        w.send(Reverse, 5001, 1004, "A", &TEXT[..10]);
+        w.send(Reverse, 5021, 1004, "A", &TEXT[20..30]);
+        // RST with ACK: the client got the server's bytes up to 40.
+        let rst = w.send(Forward, 1004, 5041, "RA", b"ignored");
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(b"GET"), Event::End(StreamEnd::Rst)]
+        );
+        assert_eq!(
+            w.rec.of(Reverse),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(10),
+                data(&TEXT[20..30]),
+                Event::Gap(10),
+                Event::End(StreamEnd::Rst)
+            ]
+        );
+        assert_eq!(w.rec.end_marks, [Some(rst), Some(rst)]);
+        assert!(w.conn.is_closed());
+        // Anything later is ignored; the recorder rejects calls after an end.
+        w.send(Reverse, 5031, 1004, "A", &TEXT[30..40]);
+        w.send(Forward, 1004, 5041, "FA", b"");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(w.rec.of(Reverse).len(), 5);
+    }
+
+    #[test]
+    fn rst_before_any_data_ends_both_directions() {
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Reverse, 0, 1001, "RA", b"");
+        assert_eq!(w.rec.of(Forward), [Event::End(StreamEnd::Rst)]);
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::Rst)]);
+        assert_eq!(w.conn.stats(), TcpStats::default());
+    }
+
+    #[test]
+    fn finish_flushes_buffered_data() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
+        w.send(Forward, 1021, 5001, "A", &TEXT[20..25]);
+        w.send(Forward, 1031, 5001, "A", &TEXT[30..40]);
+        let end = w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Forward),
+            [
+                data(&TEXT[..10]),
+                Event::Gap(10),
+                data(&TEXT[20..25]),
+                Event::Gap(5),
+                data(&TEXT[30..40]),
+                Event::End(StreamEnd::CaptureEnd)
+            ]
+        );
+        assert_eq!(w.rec.gap_marks[0], [end, end]);
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::CaptureEnd)]);
+        assert!(w.conn.is_closed());
+    }
+
+    #[test]
+    fn syn_retransmissions_are_ignored() {
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Reverse, 5000, 1001, "SA", b"");
+        w.send(Reverse, 5000, 1001, "SA", b"");
+        w.send(Forward, 1001, 5001, "A", b"abc");
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Reverse, 5001, 1004, "A", b"def");
+        assert_eq!(w.rec.of(Forward), [data(b"abc")]);
+        assert_eq!(w.rec.of(Reverse), [data(b"def")]);
+        assert_eq!(w.conn.stats(), TcpStats::default());
+    }
+
+    #[test]
+    fn syn_ack_fixes_the_start_of_a_peer_whose_syn_was_missed() {
+        let mut w = Wire::new(1 << 20);
+        // Forward is the server: its SYN-ACK is the first packet captured.
+        w.send(Forward, 5000, 1001, "SA", b"");
+        // The client's first data segment [0, 10) was missed; [10, 20) must not become the start.
+        w.send(Reverse, 1011, 5001, "A", &TEXT[10..20]);
+        assert_eq!(w.rec.of(Reverse), []);
+        w.send(Forward, 5001, 1021, "A", b"ok");
+        assert_eq!(w.rec.of(Reverse), [Event::Gap(10), data(&TEXT[10..20])]);
+        assert_eq!(w.rec.of(Forward), [data(b"ok")]);
+        assert!(w.conn.syn_seen());
+        assert!(w.conn.seen_from_start(Reverse));
+    }
+
+    #[test]
+    fn syn_payload_and_fin_only_start() {
+        // Data carried on a SYN starts at ISN + 1.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"hi");
+        w.send(Forward, 1003, 0, "A", b"!");
+        assert_eq!(w.rec.of(Forward), [data(b"hi!")]);
+        // A FIN alone, with no SYN seen, starts and ends a direction with no bytes.
+        w.send(Reverse, 42, 0, "F", b"");
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::Fin)]);
+    }
+
+    /// Deterministic xorshift for building segment plans inside proptests.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            if n == 0 { 0 } else { self.next() % n }
+        }
+        fn chance(&mut self, one_in: u64) -> bool {
+            self.below(one_in) == 0
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Planned {
+        Data(Direction, usize, usize),
+        Fin(Direction),
+        /// The receiver of `Direction` acknowledges up to this offset of its peer's stream.
+        Ack(Direction, u64),
+    }
+
+    /// Cuts both streams into segments whose neighbours may overlap, duplicates some, and
+    /// reorders them within a window; FINs take part in the reordering.
+    fn plan(lens: [usize; 2], rng: &mut XorShift) -> Vec<Planned> {
+        let mut per_dir: [Vec<Planned>; 2] = [Vec::new(), Vec::new()];
+        for dir in [Forward, Reverse] {
+            let len = lens[dir.index()];
+            let items = &mut per_dir[dir.index()];
+            let mut at = 0usize;
+            while at < len {
+                let cut = (at + 1 + rng.below(120) as usize).min(len);
+                let start = at.saturating_sub(rng.below(12) as usize);
+                let end = (cut + rng.below(12) as usize).min(len);
+                items.push(Planned::Data(dir, start, end));
+                if rng.chance(4) {
+                    items.push(Planned::Data(dir, start, end));
+                }
+                at = cut;
+            }
+            items.push(Planned::Fin(dir));
+        }
+        // Interleave the two directions at random, keeping each one's order...
+        let [forward, reverse] = per_dir;
+        let (mut forward, mut reverse) = (
+            forward.into_iter().peekable(),
+            reverse.into_iter().peekable(),
+        );
+        let mut plan = Vec::new();
+        while forward.peek().is_some() || reverse.peek().is_some() {
+            let pick_forward =
+                reverse.peek().is_none() || (forward.peek().is_some() && rng.chance(2));
+            plan.extend(if pick_forward {
+                forward.next()
+            } else {
+                reverse.next()
+            });
+        }
+        // ...then move items within a window.
+        let n = plan.len();
+        for i in 0..n {
+            let j = i + rng.below((n - i).min(6) as u64) as usize;
+            plan.swap(i, j);
+        }
+        plan
+    }
+
+    /// Feeds a SYN, a SYN-ACK, then the plan; returns what each direction received.
+    fn run(
+        streams: [&[u8]; 2],
+        isn: [u32; 2],
+        plan: &[Planned],
+        max_out_of_order_bytes: usize,
+    ) -> (Recorder, TcpStats) {
+        let mut w = Wire::new(max_out_of_order_bytes);
+        let first = |dir: Direction| isn[dir.index()].wrapping_add(1);
+        w.send(Forward, isn[0], 0, "S", b"");
+        w.send(Reverse, isn[1], first(Forward), "SA", b"");
+        for item in plan {
+            match *item {
+                Planned::Data(dir, start, end) => {
+                    let seq = first(dir).wrapping_add(start as u32);
+                    let payload = &streams[dir.index()][start..end];
+                    w.send(dir, seq, first(dir.other()), "A", payload);
+                }
+                Planned::Fin(dir) => {
+                    let seq = first(dir).wrapping_add(streams[dir.index()].len() as u32);
+                    w.send(dir, seq, first(dir.other()), "FA", b"");
+                }
+                Planned::Ack(dir, upto) => {
+                    let ack = first(dir.other()).wrapping_add(upto as u32);
+                    // The acknowledging side sends from where its own stream starts.
+                    w.send(dir, first(dir), ack, "A", b"");
+                }
+            }
+        }
+        w.finish(StreamEnd::CaptureEnd);
+        let stats = w.conn.stats();
+        (w.rec, stats)
+    }
+
+    proptest! {
+        #[test]
+        fn reordered_duplicated_overlapping_segments_rebuild_both_streams(
+            forward in proptest::collection::vec(any::<u8>(), 0..1500),
+            reverse in proptest::collection::vec(any::<u8>(), 0..1500),
+            isn in any::<[u32; 2]>(),
+            seed in 1u64..,
+        ) {
+            let mut rng = XorShift(seed);
+            let plan = plan([forward.len(), reverse.len()], &mut rng);
+            let (rec, stats) = run([&forward, &reverse], isn, &plan, 4 << 20);
+            for (dir, bytes) in [(Forward, &forward), (Reverse, &reverse)] {
+                let mut expected = Vec::new();
+                if !bytes.is_empty() {
+                    expected.push(Event::Data(bytes.clone()));
+                }
+                expected.push(Event::End(StreamEnd::Fin));
+                prop_assert_eq!(rec.of(dir), &expected[..], "{:?}", dir);
+            }
+            prop_assert_eq!(stats.gaps, 0);
+            prop_assert_eq!(stats.overflows, 0);
+        }
+
+        #[test]
+        fn lost_segments_become_gaps_of_the_right_size(
+            forward in proptest::collection::vec(any::<u8>(), 0..1500),
+            reverse in proptest::collection::vec(any::<u8>(), 0..1500),
+            isn in any::<[u32; 2]>(),
+            seed in 1u64..,
+            limit in prop_oneof![Just(0usize), Just(300), Just(4 << 20)],
+        ) {
+            let mut rng = XorShift(seed);
+            let streams: [&[u8]; 2] = [&forward, &reverse];
+            let mut plan = plan([forward.len(), reverse.len()], &mut rng);
+            // Lose some data segments (the FINs stay) and add acknowledgements the receivers
+            // could truthfully send, anywhere in capture order.
+            plan.retain(|item| !matches!(item, Planned::Data(..)) || !rng.chance(3));
+            for _ in 0..rng.below(6) {
+                let dir = if rng.chance(2) { Forward } else { Reverse };
+                let peer_len = streams[dir.other().index()].len() as u64;
+                let at = rng.below(plan.len() as u64 + 1) as usize;
+                plan.insert(at, Planned::Ack(dir, rng.below(peer_len + 2)));
+            }
+            let (rec, _) = run(streams, isn, &plan, limit);
+            for dir in [Forward, Reverse] {
+                let original = streams[dir.index()];
+                let events = rec.of(dir);
+                prop_assert_eq!(events.last(), Some(&Event::End(StreamEnd::Fin)));
+                let mut position = 0usize;
+                for event in events {
+                    match event {
+                        Event::Data(run) => {
+                            let end = position + run.len();
+                            prop_assert!(end <= original.len());
+                            prop_assert_eq!(&original[position..end], &run[..]);
+                            position = end;
+                        }
+                        Event::Gap(len) => position += *len as usize,
+                        Event::End(_) => {}
+                    }
+                }
+                prop_assert_eq!(position, original.len(), "{:?}", dir);
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Runs the real binary on every committed capture fixture and compares its report with the
+//! expected results written beside the fixture (`<name>.expect.jsonl`). Expected files name
+//! only the fields they pin; every other field is free.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-resume-audit")
+}
+
+fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut found = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".expect.jsonl") {
+                for ext in ["pcap", "pcapng"] {
+                    let cap = p.with_file_name(format!("{stem}.{ext}"));
+                    if cap.exists() {
+                        found.push((cap, p.clone()));
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+pub struct Run {
+    pub resumes: Vec<Value>,
+    pub summary: Value,
+    pub code: i32,
+    pub stderr: String,
+}
+
+pub fn run(args: &[&str]) -> Run {
+    let out = Command::new(bin()).args(args).output().expect("run binary");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 report");
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect();
+    let summary = lines.pop().expect("a summary line");
+    assert_eq!(summary["type"], "summary");
+    assert!(lines.iter().all(|l| l["type"] == "resume"));
+    Run {
+        resumes: lines,
+        summary,
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn every_fixture_gives_its_expected_report() {
+    let fixtures = fixtures_with_expectations();
+    assert!(
+        fixtures.len() >= 10,
+        "fixtures missing: found {}",
+        fixtures.len()
+    );
+    let mut failures = Vec::new();
+    for (cap, expect) in &fixtures {
+        let want: Vec<Value> = std::fs::read_to_string(expect)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let got = run(&["-j1", cap.to_str().unwrap()]);
+        let name = cap.display().to_string();
+        if got.resumes.len() != want.len() {
+            failures.push(format!(
+                "{name}: {} resumes reported, {} expected\n  got: {:?}\n  stderr: {}",
+                got.resumes.len(),
+                want.len(),
+                got.resumes
+                    .iter()
+                    .map(|r| (&r["verdict"], &r["last_event_id"], &r["first_event_id"]))
+                    .collect::<Vec<_>>(),
+                got.stderr
+            ));
+            continue;
+        }
+        for (i, (g, w)) in got.resumes.iter().zip(&want).enumerate() {
+            for (k, v) in w.as_object().unwrap() {
+                if &g[k] != v {
+                    failures.push(format!(
+                        "{name}: resume {i}: {k} is {}, expected {v} (reason: {})",
+                        g[k], g["reason"]
+                    ));
+                }
+            }
+        }
+        let any_finding = got.resumes.iter().any(|r| r["verdict"] != "correct");
+        let want_code = if any_finding { 1 } else { 0 };
+        if got.code != want_code {
+            failures.push(format!(
+                "{name}: exit status {}, expected {want_code}; stderr: {}",
+                got.code, got.stderr
+            ));
+        }
+        assert_eq!(got.summary["resumes"], got.resumes.len());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn report_is_byte_identical_for_any_thread_count() {
+    let fixtures = fixtures_with_expectations();
+    let caps: Vec<String> = fixtures
+        .iter()
+        .map(|(c, _)| c.display().to_string())
+        .collect();
+    let mut outputs = Vec::new();
+    for j in ["-j1", "-j2", "-j3", "-j8"] {
+        // All inputs at once (inputs in parallel) and the largest one alone (shards in parallel).
+        let mut args = vec![j];
+        args.extend(caps.iter().map(String::as_str));
+        let all = Command::new(bin()).args(&args).output().unwrap();
+        outputs.push(all.stdout);
+        for cap in &caps {
+            let one = Command::new(bin()).args([j, cap]).output().unwrap();
+            outputs.push(one.stdout);
+        }
+    }
+    let per_run = caps.len() + 1;
+    for k in 1..4 {
+        for i in 0..per_run {
+            assert_eq!(
+                outputs[i],
+                outputs[k * per_run + i],
+                "run {i} differs with thread setting {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unreadable_inputs_are_named_and_others_still_analyzed() {
+    let dir = std::env::temp_dir().join(format!("mra-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("notes.txt");
+    std::fs::write(&junk, b"this is not a capture\n").unwrap();
+    let fixtures = fixtures_with_expectations();
+    let (good, expect) = &fixtures[0];
+    let want = std::fs::read_to_string(expect)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    let missing = dir.join("missing.pcap");
+    let got = run(&[
+        junk.to_str().unwrap(),
+        good.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(got.code, 2, "stderr: {}", got.stderr);
+    assert_eq!(got.resumes.len(), want);
+    assert_eq!(got.summary["inputs"], 3);
+    assert_eq!(got.summary["inputs_failed"], 2);
+    let err_lines: Vec<&str> = got.stderr.lines().collect();
+    assert_eq!(err_lines.len(), 2, "{}", got.stderr);
+    assert!(err_lines[0].contains("notes.txt") && err_lines[0].contains("offset 0"));
+    assert!(err_lines[1].contains("missing.pcap"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn truncated_capture_is_analyzed_up_to_its_last_whole_packet() {
+    let fixtures = fixtures_with_expectations();
+    let (cap, _) = fixtures
+        .iter()
+        .find(|(c, _)| c.extension().unwrap() == "pcap")
+        .unwrap();
+    let bytes = std::fs::read(cap).unwrap();
+    let dir = std::env::temp_dir().join(format!("mra-trunc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
+    let got = run(&[cut.to_str().unwrap()]);
+    assert!(
+        got.stderr.contains("warning") && got.stderr.contains("offset"),
+        "{}",
+        got.stderr
+    );
+    assert_ne!(got.code, 2);
+    let whole = run(&[cap.to_str().unwrap()]);
+    assert_eq!(
+        got.summary["packets"].as_u64().unwrap() + 1,
+        whole.summary["packets"].as_u64().unwrap()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
