@@ -26,7 +26,9 @@
 //! - Lost framing (a gap in a head or a chunk-size line, a bad chunk, a bad Content-Length, an
 //!   oversized head, bytes that are not HTTP) makes the direction skip to the next line that
 //!   begins a request line or status line; `Anomaly::Resynchronized` is reported once for each
-//!   run of skipped bytes.
+//!   run of skipped bytes. Messages usually begin a TCP segment, so while skipping, the first
+//!   byte of a segment (a change of [`Mark`]) also counts as a line start. Results depend on
+//!   marks, never on how the bytes of one mark are cut into calls.
 //! - State per direction is bounded: a message head is buffered up to
 //!   `Limits::max_header_bytes`; body bytes are passed through as sub-slices of the input (or
 //!   decoded through a fixed-size buffer); pending requests are capped. Work per call is
@@ -121,7 +123,11 @@ impl HttpConnection {
         self.abandoned
     }
 
+    /// The next in-order bytes of `dir`, all seen in the frame `mark`.
     pub fn data<S: HttpSink>(&mut self, dir: Direction, bytes: &[u8], mark: Mark, sink: &mut S) {
+        if self.abandoned {
+            return;
+        }
         let d = dir.index();
         let parser = &mut self.directions[d];
         let new_segment = parser.last_mark != Some(mark);
@@ -158,6 +164,7 @@ impl HttpConnection {
         }
     }
 
+    /// `len` bytes of `dir` are missing from the capture at this point of the stream.
     pub fn gap<S: HttpSink>(&mut self, dir: Direction, len: u64, mark: Mark, sink: &mut S) {
         if self.abandoned || len == 0 {
             return;
@@ -203,6 +210,7 @@ impl HttpConnection {
         }
     }
 
+    /// `dir` ended: a body still open ends with `BodyEnd::Stream(how)`.
     pub fn end<S: HttpSink>(&mut self, dir: Direction, how: StreamEnd, mark: Mark, sink: &mut S) {
         if self.abandoned {
             return;
@@ -1146,7 +1154,10 @@ impl HeadFacts {
                 let last = value
                     .split(|&b| b == b',')
                     .map(<[u8]>::trim_ascii)
-                    .rfind(|coding| !coding.is_empty());
+                    // `identity` (obsolete) frames nothing.
+                    .rfind(|coding| {
+                        !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
+                    });
                 if let Some(coding) = last {
                     facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
                 }
@@ -2615,6 +2626,9 @@ mod tests {
         assert!(out.abandoned);
         assert_eq!(summary(&out.events), ["req 0 GET /"]);
 
+        let out = transcript(&[data(C, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")]);
+        assert!(out.abandoned);
+
         // Both sides sending requests is not an HTTP exchange.
         let out = transcript(&[data(C, get("/")), data(S, get("/"))]);
         assert!(out.abandoned);
@@ -2851,6 +2865,68 @@ mod tests {
                 "resp 0 200",
                 "body 0 r",
                 "end 0 Complete"
+            ]
+        );
+    }
+
+    #[test]
+    fn chunked_request_body_is_followed_not_delivered() {
+        let out = transcript(&[
+            data(
+                C,
+                "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ),
+            data(
+                C,
+                concat(&[
+                    &chunked(&[b"{\"id\":1}", b"GET / HTTP/1.1\r\n\r\n"]),
+                    &get("/b"),
+                ]),
+            ),
+            data(S, concat(&[&ok_length("1"), &ok_length("2")])),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 POST /mcp",
+                "req 1 GET /b",
+                "resp 0 200",
+                "body 0 1",
+                "end 0 Complete",
+                "resp 1 200",
+                "body 1 2",
+                "end 1 Complete",
+            ]
+        );
+    }
+
+    #[test]
+    fn extra_response_is_unpaired_and_numbered_next() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            data(S, concat(&[&ok_length("A"), &ok_length("extra")])),
+            data(C, get("/b")),
+            data(S, ok_length("B")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert_eq!(
+            summary(&out.events),
+            [
+                "req 0 GET /a",
+                "resp 0 200",
+                "body 0 A",
+                "end 0 Complete",
+                "anomaly UnpairedResponse",
+                "resp 1 200",
+                "body 1 extra",
+                "end 1 Complete",
+                "req 2 GET /b",
+                "resp 2 200",
+                "body 2 B",
+                "end 2 Complete",
             ]
         );
     }

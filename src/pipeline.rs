@@ -441,6 +441,7 @@ impl Shard {
                 tcp_stream: Some(stream),
                 client,
                 server,
+                har_entry: None,
             };
             self.resumes.push(r);
         }

@@ -61,7 +61,9 @@ struct ResumeLine<'a> {
     request_method: &'a str,
     request_target: &'a str,
     request_time: String,
-    request_frame: u64,
+    request_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    har_entry: Option<u64>,
     protocol_version: Option<&'a str>,
     response_status: Option<u16>,
     response_content_type: Option<&'a str>,
@@ -99,6 +101,9 @@ fn display_filter(tcp_stream: u64, from: Mark, to: Mark) -> String {
 
 /// Writes one resume record as a JSON line.
 pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std::io::Result<()> {
+    // HAR records cite entries, not frames: their marks carry the entry index.
+    let har = r.connection.har_entry.is_some();
+    let frame = |m: Mark| (!har).then_some(m.frame);
     let line = ResumeLine {
         kind: "resume",
         input,
@@ -113,13 +118,14 @@ pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std
         request_method: &r.method,
         request_target: &r.target,
         request_time: rfc3339_micros(r.request.time_ns),
-        request_frame: r.request.frame,
+        request_frame: frame(r.request),
+        har_entry: r.connection.har_entry,
         protocol_version: r.protocol_version.as_deref(),
         response_status: r.status,
         response_content_type: r.content_type.as_deref(),
-        response_frame: r.response.map(|m| m.frame),
-        first_event_frame: r.first_event.map(|m| m.frame),
-        first_event_time: r.first_event.map(|m| rfc3339_micros(m.time_ns)),
+        response_frame: r.response.and_then(frame),
+        first_event_frame: r.first_event.and_then(frame),
+        first_event_time: r.first_event.filter(|_| !har).map(|m| rfc3339_micros(m.time_ns)),
         events_before_first_id: r.events_before_first_id,
         stream_events: r.stream_events,
         stream_end: body_end_name(r.stream_end),

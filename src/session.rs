@@ -23,6 +23,9 @@ pub struct ConnectionRef {
     pub tcp_stream: Option<u64>,
     pub client: Option<Endpoint>,
     pub server: Option<Endpoint>,
+    /// For HAR input: the 0-based index of the entry in the file, as it appears there. Marks
+    /// of HAR records carry this index as their `frame`.
+    pub har_entry: Option<u64>,
 }
 
 /// One resume: a request carrying `Last-Event-ID`, what came back, and the verdict.
@@ -32,6 +35,8 @@ pub struct ResumeRecord {
     pub decision: Decision,
     pub last_event_id: String,
     pub first_event_id: Option<String>,
+    /// For `capture_incomplete` after missing bytes: the first id the capture holds after them.
+    pub first_id_after_gap: Option<String>,
     /// The first id was longer than the field limit and is cut.
     pub first_event_id_truncated: bool,
     pub method: String,
@@ -155,11 +160,18 @@ impl ExchangeTracker {
             }
         };
         let mut decision = verdict::decide(&last_event_id, facts);
-        let (first_id, first_truncated, first_mark) =
+        let (mut first_id, first_truncated, mut first_mark) =
             match ex.stream.as_ref().and_then(|s| s.first_id.clone()) {
                 Some((id, truncated, m)) => (Some(id), truncated, Some(m)),
                 None => (None, false, None),
             };
+        // After missing bytes, the first id the capture holds need not be the stream's first:
+        // it is kept apart so that nobody reads it as the server's resume point.
+        let mut first_id_after_gap = None;
+        if decision.verdict == Verdict::CaptureIncomplete {
+            first_id_after_gap = first_id.take();
+            first_mark = None;
+        }
         if first_truncated && decision.verdict != Verdict::CaptureIncomplete {
             // A cut id cannot be compared honestly.
             decision = Decision {
@@ -183,6 +195,7 @@ impl ExchangeTracker {
             decision,
             last_event_id,
             first_event_id: first_id,
+            first_id_after_gap,
             first_event_id_truncated: first_truncated,
             method: request.method,
             target: request.target,
@@ -201,6 +214,7 @@ impl ExchangeTracker {
                 tcp_stream: None,
                 client: None,
                 server: None,
+                har_entry: None,
             },
         });
     }
