@@ -10,21 +10,27 @@
 //! - [`tcp`]: per-connection reassembly, both directions; missing bytes become explicit gaps
 //! - [`http1`]: HTTP/1.1 exchanges with content-decoded bodies
 //! - [`sse`]: events of a `text/event-stream` body
-//! - [`session`]: resumes paired with their first event id
+//! - [`session`]: resumes paired with their first event id; per-exchange stream facts
+//! - [`sessions`]: the session stage: evidence across the connections and sessions of an
+//!   input (id shapes, re-delivery, cursor audit, cross-session leaks, symptoms)
 //! - [`verdict`]: pure decision functions
 //! - [`report`]: JSON Lines records and the summary
 //! - [`pipeline`]: the driver that runs the stages over many inputs in parallel
 //!
 //! [`record`] holds the small records and sink traits the stages hand each other;
+//! [`idshape`] and [`jsonrpc`] are the pure helpers the session checks use;
 //! [`synth`] writes synthetic captures (fixtures and benchmarks).
 
 pub mod capture;
 pub mod decode;
 pub mod http1;
+pub mod idshape;
+pub mod jsonrpc;
 pub mod pipeline;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod sessions;
 pub mod sse;
 pub mod synth;
 pub mod tcp;

@@ -1,12 +1,14 @@
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 
-use mcp_resume_audit::pipeline::{self, Options};
+use mcp_resume_audit::idshape::IdPattern;
+use mcp_resume_audit::pipeline::{self, HumanReport, Options};
 use mcp_resume_audit::record::Limits;
+use mcp_resume_audit::sessions;
 
 /// Audits MCP Streamable HTTP stream resumption in packet captures.
 ///
@@ -14,8 +16,12 @@ use mcp_resume_audit::record::Limits;
 /// the server continued at the next event (correct), silently skipped events (gap_skipped) or
 /// silently sent them again (replayed), and points at the frames that prove it.
 ///
+/// Beyond the first id, the whole session is used: the shape of structured ids, events
+/// delivered twice, the client's Last-Event-ID against what it was sent, ids leaked between
+/// sessions, and what a bad resume broke downstream (see docs/findings.md).
+///
 /// Exit status: 0 when every resume is correct (or there is none), 1 when any other verdict
-/// is found, 2 when an input could not be read.
+/// or an error-level finding is found, 2 when an input could not be read.
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {
@@ -46,6 +52,28 @@ struct Cli {
     /// Longest SSE id/event/retry value kept.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_sse_field_bytes)]
     max_sse_field: usize,
+
+    /// How event ids are built, when you know: a regular expression matching a whole id, with
+    /// a named group `seq` (the counter) and optionally `stream`, e.g.
+    /// '(?P<stream>[^_]+)_(?P<seq>\d+)'. Resumes on ids it matches are decided on `seq`.
+    #[arg(long, value_name = "REGEX")]
+    id_pattern: Option<String>,
+
+    /// Add one {"type":"session"} record per session: its exchanges in capture order, streams
+    /// with first and last ids, resumes and findings.
+    #[arg(long)]
+    sessions: bool,
+
+    /// `json`: JSON Lines (and, when standard error is a terminal, a plain-text account
+    /// there); `text`: the plain-text account instead of JSON Lines.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Json,
+    Text,
 }
 
 fn main() -> ExitCode {
@@ -64,6 +92,12 @@ fn real_main() -> anyhow::Result<i32> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    let id_pattern = cli.id_pattern.as_deref().map(IdPattern::new).transpose()?;
+    let human = match cli.format {
+        Format::Text => HumanReport::Instead,
+        Format::Json if std::io::stderr().is_terminal() => HumanReport::Messages,
+        Format::Json => HumanReport::Off,
+    };
     let opts = Options {
         threads,
         limits: Limits {
@@ -73,6 +107,11 @@ fn real_main() -> anyhow::Result<i32> {
             max_sse_field_bytes: cli.max_sse_field.max(16),
             ..Limits::default()
         },
+        forensic: sessions::Options {
+            id_pattern,
+            views: cli.sessions,
+        },
+        human,
     };
     let stderr = std::io::stderr();
     let mut err = stderr.lock();

@@ -24,7 +24,8 @@ use crate::decode::{self, Endpoint, Skip};
 use crate::http1::HttpConnection;
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::{self, InputProblem, Summary};
-use crate::session::{ConnectionRef, ExchangeTracker, ResumeRecord};
+use crate::session::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
+use crate::sessions::{self, Finding, SessionView};
 use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
 
 /// How a run is done.
@@ -33,6 +34,22 @@ pub struct Options {
     /// Worker threads (1: everything on the calling thread).
     pub threads: usize,
     pub limits: Limits,
+    /// The session stage: `--id-pattern`, `--sessions`.
+    pub forensic: sessions::Options,
+    /// Where the account for a person goes.
+    pub human: HumanReport,
+}
+
+/// The plain-text account of what went wrong, for a person.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HumanReport {
+    /// JSON Lines only.
+    #[default]
+    Off,
+    /// JSON Lines on the output, the account on the message stream (a terminal).
+    Messages,
+    /// The account instead of JSON Lines.
+    Instead,
 }
 
 impl Default for Options {
@@ -40,6 +57,8 @@ impl Default for Options {
         Options {
             threads: 1,
             limits: Limits::default(),
+            forensic: sessions::Options::default(),
+            human: HumanReport::Off,
         }
     }
 }
@@ -56,6 +75,9 @@ pub struct InputStats {
     pub out_of_order_overflows: u64,
     pub connections_evicted: u64,
     pub anomalies: BTreeMap<String, u64>,
+    /// Session facts dropped by per-stream caps, and exchanges left out of the session stage.
+    pub facts_dropped: u64,
+    pub exchanges_not_audited: u64,
 }
 
 impl InputStats {
@@ -73,6 +95,8 @@ impl InputStats {
         for (k, v) in &other.anomalies {
             *self.anomalies.entry(k.clone()).or_insert(0) += v;
         }
+        self.facts_dropped += other.facts_dropped;
+        self.exchanges_not_audited += other.exchanges_not_audited;
     }
 }
 
@@ -81,6 +105,9 @@ impl InputStats {
 pub struct InputReport {
     pub input: String,
     pub resumes: Vec<ResumeRecord>,
+    /// Findings of the session stage tied to no resume, and the session views.
+    pub findings: Vec<Finding>,
+    pub views: Vec<SessionView>,
     pub sessions: BTreeSet<String>,
     pub stats: InputStats,
     /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
@@ -310,6 +337,10 @@ impl FlowTable {
     }
 }
 
+/// Connections of one input whose exchanges feed the session stage (by `tcp.stream` index, so
+/// the choice does not depend on threads); later ones are still decided, and counted.
+pub const MAX_AUDITED_CONNECTIONS: u64 = 1 << 18;
+
 /// One followed connection.
 struct Conn {
     tcp: TcpConnection,
@@ -351,6 +382,7 @@ struct Shard {
     limits: Limits,
     conns: HashMap<u64, Conn>,
     resumes: Vec<ResumeRecord>,
+    summaries: Vec<ExchangeSummary>,
     sessions: BTreeSet<String>,
     stats: InputStats,
 }
@@ -361,6 +393,7 @@ impl Shard {
             limits: limits.clone(),
             conns: HashMap::new(),
             resumes: Vec::new(),
+            summaries: Vec::new(),
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
         }
@@ -374,7 +407,12 @@ impl Shard {
                 Conn {
                     tcp: TcpConnection::new(&self.limits),
                     http: HttpConnection::new(&self.limits, from_start),
-                    tracker: ExchangeTracker::new(&self.limits),
+                    tracker: if m.stream < MAX_AUDITED_CONNECTIONS {
+                        ExchangeTracker::new(&self.limits)
+                    } else {
+                        self.stats.exchanges_not_audited += 1;
+                        ExchangeTracker::new(&self.limits).without_summaries()
+                    },
                     endpoints,
                     ends: [None; 2],
                     gaps: [false; 2],
@@ -436,14 +474,21 @@ impl Shard {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
         self.sessions.append(&mut c.tracker.session_ids);
+        let at = ConnectionRef {
+            tcp_stream: Some(stream),
+            client,
+            server,
+            har_entry: None,
+        };
         for mut r in c.tracker.resumes.drain(..) {
-            r.connection = ConnectionRef {
-                tcp_stream: Some(stream),
-                client,
-                server,
-                har_entry: None,
-            };
+            r.connection = at.clone();
             self.resumes.push(r);
+        }
+        self.stats.facts_dropped += c.tracker.facts_dropped;
+        self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
+        for mut x in c.tracker.summaries.drain(..) {
+            x.connection = at.clone();
+            self.summaries.push(x);
         }
     }
 
@@ -680,11 +725,24 @@ fn analyze_capture<R: Read>(name: &str, src: R, opts: &Options, report: &mut Inp
                 .collect()
         })
     };
+    let mut summaries = Vec::new();
     for mut shard in shards {
         report.resumes.append(&mut shard.resumes);
+        summaries.append(&mut shard.summaries);
         report.sessions.append(&mut shard.sessions);
         report.stats.absorb(&shard.stats);
     }
+    session_stage(report, summaries, opts);
+}
+
+/// Runs the session stage over one input's exchanges (after every connection is done).
+pub fn session_stage(report: &mut InputReport, summaries: Vec<ExchangeSummary>, opts: &Options) {
+    report
+        .resumes
+        .sort_by_key(|r| (r.request.time_ns, r.request.frame, r.connection.tcp_stream));
+    let out = sessions::analyze(&mut report.resumes, summaries, &opts.forensic);
+    report.findings = out.findings;
+    report.views = out.views;
 }
 
 /// The outcome of a whole run, for the exit status.
@@ -740,6 +798,12 @@ pub fn run<W: Write, E: Write>(
         findings: false,
         input_errors: false,
     };
+    let mut no_json = std::io::sink();
+    let json: &mut dyn Write = if opts.human == HumanReport::Instead {
+        &mut no_json
+    } else {
+        out
+    };
     for r in &reports {
         for (is_error, text) in &r.messages {
             writeln!(
@@ -760,9 +824,21 @@ pub fn run<W: Write, E: Write>(
             outcome.input_errors = true;
         }
         for res in &r.resumes {
-            report::write_resume(out, &r.input, res)?;
+            report::write_resume(json, &r.input, res)?;
             summary.count_verdict(res.decision.verdict);
             outcome.findings |= res.decision.verdict.is_finding();
+            for f in &res.forensic.findings {
+                summary.count_finding(f);
+                outcome.findings |= f.severity == sessions::Severity::Error;
+            }
+        }
+        for f in &r.findings {
+            report::write_finding(json, &r.input, f)?;
+            summary.count_finding(f);
+            outcome.findings |= f.severity == sessions::Severity::Error;
+        }
+        for v in &r.views {
+            report::write_session(json, &r.input, v)?;
         }
         // Sessions are named per input: the same id in two captures is counted once per input.
         for s in &r.sessions {
@@ -780,7 +856,21 @@ pub fn run<W: Write, E: Write>(
     summary.anomalies = stats.anomalies;
     summary.connections_evicted = stats.connections_evicted;
     summary.out_of_order_overflows = stats.out_of_order_overflows;
-    summary.write(out)?;
-    out.flush()?;
+    summary.facts_dropped = stats.facts_dropped;
+    summary.exchanges_not_audited = stats.exchanges_not_audited;
+    summary.write(json)?;
+    json.flush()?;
+    let human: Option<&mut dyn Write> = match opts.human {
+        HumanReport::Off => None,
+        HumanReport::Messages => Some(err),
+        HumanReport::Instead => Some(out),
+    };
+    if let Some(h) = human {
+        for r in &reports {
+            report::write_human_input(h, &r.input, &r.resumes, &r.findings)?;
+        }
+        report::write_human_summary(h, &summary)?;
+        h.flush()?;
+    }
     Ok(outcome)
 }

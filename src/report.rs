@@ -1,8 +1,12 @@
 //! Report: typed records to bytes.
 //!
-//! Input: decided [`ResumeRecord`]s with the input they came from, and the run's [`Summary`].
-//! Output: JSON Lines, one `{"type":"resume",...}` object per resume and one
-//! `{"type":"summary",...}` last. The field names are a contract (documented in README.md).
+//! Input: decided [`ResumeRecord`]s with the input they came from, findings and session views
+//! of the session stage, and the run's [`Summary`].
+//! Output: JSON Lines, one `{"type":"resume",...}` object per resume, one
+//! `{"type":"finding",...}` per finding tied to no resume, one `{"type":"session",...}` per
+//! session when asked, and one `{"type":"summary",...}` last; or a plain-text account for a
+//! person ([`write_human`]). The field names are a contract (documented in README.md and
+//! docs/findings.md).
 //! Invariants: no I/O here beyond the writer handed in; the same records give the same bytes.
 
 use std::collections::BTreeMap;
@@ -11,7 +15,10 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::record::{BodyEnd, Mark};
-use crate::session::ResumeRecord;
+use crate::session::{ExchangeSummary, ResumeRecord};
+use crate::sessions::{
+    Cite, Cursor, CursorStatus, Evidence, Finding, FindingKind, SessionView, Severity,
+};
 use crate::verdict::{LostRange, Verdict};
 
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z`.
@@ -77,9 +84,21 @@ struct ResumeLine<'a> {
     server: Option<String>,
     tcp_stream: Option<u64>,
     display_filter: Option<String>,
+    /// The id shape (or `--id-pattern`) whose counter decided an opaque-id resume.
+    id_shape: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence: Option<&'a Evidence>,
+    cursor: Option<&'a Cursor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priming_ack_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume_ack: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    retry_ms: Vec<u64>,
+    findings: &'a [Finding],
 }
 
-fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
+pub fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
     use crate::record::StreamEnd::*;
     Some(match end? {
         BodyEnd::Complete => "complete",
@@ -100,7 +119,11 @@ fn display_filter(tcp_stream: u64, from: Mark, to: Mark) -> String {
 }
 
 /// Writes one resume record as a JSON line.
-pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std::io::Result<()> {
+pub fn write_resume<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    r: &ResumeRecord,
+) -> std::io::Result<()> {
     // HAR records cite entries, not frames: their marks carry the entry index.
     let har = r.connection.har_entry.is_some();
     let frame = |m: Mark| (!har).then_some(m.frame);
@@ -125,7 +148,10 @@ pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std
         response_content_type: r.content_type.as_deref(),
         response_frame: r.response.and_then(frame),
         first_event_frame: r.first_event.and_then(frame),
-        first_event_time: r.first_event.filter(|_| !har).map(|m| rfc3339_micros(m.time_ns)),
+        first_event_time: r
+            .first_event
+            .filter(|_| !har)
+            .map(|m| rfc3339_micros(m.time_ns)),
         events_before_first_id: r.events_before_first_id,
         stream_events: r.stream_events,
         stream_end: body_end_name(r.stream_end),
@@ -136,9 +162,433 @@ pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std
             .connection
             .tcp_stream
             .map(|s| display_filter(s, r.request, r.last_proof)),
+        id_shape: r.forensic.id_shape.as_deref(),
+        evidence: r.forensic.evidence.as_ref(),
+        cursor: r.forensic.cursor.as_ref(),
+        priming_ack_frame: r.priming_ack.and_then(frame),
+        resume_ack: r.resume_ack.as_ref().map(|a| a.0.as_str()),
+        retry_ms: r.retry.iter().map(|r| r.0).collect(),
+        findings: &r.forensic.findings,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
+}
+
+impl Serialize for Cite {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("role", self.role)?;
+        if self.har {
+            m.serialize_entry("har_entry", &self.mark.frame)?;
+        } else {
+            m.serialize_entry("frame", &self.mark.frame)?;
+            m.serialize_entry("time", &rfc3339_micros(self.mark.time_ns))?;
+        }
+        if let Some(s) = self.tcp_stream {
+            m.serialize_entry("tcp_stream", &s)?;
+        }
+        if let Some(s) = &self.session_id {
+            m.serialize_entry("session_id", s)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for Evidence {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("how", &self.how)?;
+        m.serialize_entry("detail", &self.detail)?;
+        let opt = [
+            ("id", &self.id),
+            ("shape", &self.shape),
+            ("last_seq", &self.last_seq),
+            ("first_seq", &self.first_seq),
+            ("ack", &self.ack),
+        ];
+        for (k, v) in opt {
+            if let Some(v) = v {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        if let Some(c) = self.count {
+            m.serialize_entry("count", &c)?;
+        }
+        m.serialize_entry("cites", &self.cites)?;
+        m.end()
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("status", &self.status)?;
+        m.serialize_entry("detail", &self.detail)?;
+        m.serialize_entry("last_delivered_id", &self.last_delivered_id)?;
+        if let Some(b) = self.behind_by {
+            m.serialize_entry("behind_by", &b)?;
+        }
+        m.serialize_entry("cites", &self.cites)?;
+        m.end()
+    }
+}
+
+impl Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("kind", &self.kind)?;
+        m.serialize_entry("severity", &self.severity)?;
+        m.serialize_entry("session_id", &self.session_id)?;
+        m.serialize_entry("detail", &self.detail)?;
+        if let Some(id) = &self.id {
+            m.serialize_entry("id", id)?;
+        }
+        if let Some(o) = &self.other_session_id {
+            m.serialize_entry("other_session_id", o)?;
+        }
+        if let Some(r) = &self.resume {
+            m.serialize_entry("resume", r)?;
+        }
+        m.serialize_entry("cites", &self.cites)?;
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct FindingLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    input: &'a str,
+    #[serde(flatten)]
+    finding: &'a Finding,
+}
+
+/// Writes a finding tied to no resume as a JSON line.
+pub fn write_finding<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    f: &Finding,
+) -> std::io::Result<()> {
+    let line = FindingLine {
+        kind: "finding",
+        input,
+        finding: f,
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
+#[derive(Serialize)]
+struct StreamLine<'a> {
+    events: u64,
+    ids: u64,
+    priming: u64,
+    first_id: Option<&'a str>,
+    first_id_frame: Option<u64>,
+    last_id: Option<&'a str>,
+    last_id_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    retry_ms: Vec<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume_ack: Option<&'a str>,
+    gaps: u64,
+}
+
+#[derive(Serialize)]
+struct ExchangeLine<'a> {
+    method: Option<&'a str>,
+    target: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_event_id: Option<&'a str>,
+    status: Option<u16>,
+    request: Option<Cite>,
+    response: Option<Cite>,
+    end: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamLine<'a>>,
+}
+
+#[derive(Serialize)]
+struct ResumeBrief<'a> {
+    request: &'a Cite,
+    verdict: Verdict,
+    last_event_id: &'a str,
+    first_event_id: Option<&'a str>,
+    id_shape: Option<&'a str>,
+    cursor: Option<CursorStatus>,
+}
+
+#[derive(Serialize)]
+struct SessionLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    input: &'a str,
+    session_id: &'a str,
+    protocol_versions: &'a [String],
+    first_time: String,
+    last_time: String,
+    exchanges: Vec<ExchangeLine<'a>>,
+    exchanges_omitted: u64,
+    resumes: Vec<ResumeBrief<'a>>,
+    findings: &'a [Finding],
+}
+
+fn exchange_line(x: &ExchangeSummary) -> ExchangeLine<'_> {
+    let at = |role, m: Mark| Cite {
+        role,
+        mark: m,
+        tcp_stream: x.connection.tcp_stream,
+        har: x.connection.har_entry.is_some(),
+        session_id: None,
+    };
+    let har = x.connection.har_entry.is_some();
+    let frame = |m: Mark| (!har).then_some(m.frame);
+    ExchangeLine {
+        method: x.method.as_deref(),
+        target: x.target.as_deref(),
+        last_event_id: x.last_event_id.as_deref(),
+        status: x.status,
+        request: x.request.map(|m| at("request", m)),
+        response: x.response.map(|m| at("response", m)),
+        end: body_end_name(x.end.map(|e| e.0)),
+        stream: x.stream.as_deref().map(|s| StreamLine {
+            events: s.events,
+            ids: s.ids,
+            priming: s.priming,
+            first_id: s.first_id.as_ref().map(|i| i.text.as_str()),
+            first_id_frame: s.first_id.as_ref().and_then(|i| frame(i.mark)),
+            last_id: s.last_id.as_ref().map(|i| i.text.as_str()),
+            last_id_frame: s.last_id.as_ref().and_then(|i| frame(i.mark)),
+            retry_ms: s.retry.iter().map(|r| r.0).collect(),
+            resume_ack: s.resume_ack.as_ref().map(|a| a.0.as_str()),
+            gaps: s.gaps,
+        }),
+    }
+}
+
+/// Writes one session view as a JSON line.
+pub fn write_session<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    v: &SessionView,
+) -> std::io::Result<()> {
+    let line = SessionLine {
+        kind: "session",
+        input,
+        session_id: &v.session_id,
+        protocol_versions: &v.protocol_versions,
+        first_time: rfc3339_micros(v.first.time_ns),
+        last_time: rfc3339_micros(v.last.time_ns),
+        exchanges: v.exchanges.iter().map(exchange_line).collect(),
+        exchanges_omitted: v.exchanges_omitted,
+        resumes: v
+            .resumes
+            .iter()
+            .map(|r| ResumeBrief {
+                request: &r.request,
+                verdict: r.verdict,
+                last_event_id: &r.last_event_id,
+                first_event_id: r.first_event_id.as_deref(),
+                id_shape: r.id_shape.as_deref(),
+                cursor: r.cursor,
+            })
+            .collect(),
+        findings: &v.findings,
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
+fn cite_text(c: &Cite) -> String {
+    let place = if c.har {
+        format!("HAR entry {}", c.mark.frame)
+    } else {
+        format!("frame {}", c.mark.frame)
+    };
+    match c.tcp_stream {
+        Some(s) => format!("{place} (tcp.stream {s})"),
+        None => place,
+    }
+}
+
+fn severity_tag(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "ERROR",
+        Severity::Warning => "warning",
+        Severity::Info => "note",
+    }
+}
+
+fn write_finding_text<W: Write + ?Sized>(
+    out: &mut W,
+    indent: &str,
+    f: &Finding,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{indent}{} {}: {}",
+        severity_tag(f.severity),
+        f.kind.as_str(),
+        f.detail
+    )?;
+    if !f.cites.is_empty() {
+        let at: Vec<String> = f
+            .cites
+            .iter()
+            .map(|c| format!("{} {}", c.role.replace('_', " "), cite_text(c)))
+            .collect();
+        writeln!(out, "{indent}  see: {}", at.join("; "))?;
+    }
+    Ok(())
+}
+
+/// A resume or finding deserves a person's attention.
+fn notable_resume(r: &ResumeRecord) -> bool {
+    r.decision.verdict != Verdict::Correct
+        || r.forensic
+            .findings
+            .iter()
+            .any(|f| f.severity != Severity::Info)
+}
+
+/// Writes, for a person, what went wrong in one input: per session, each resume that is not
+/// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
+/// then findings tied to no resume. Sessions where all is well are only counted.
+pub fn write_human_input<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    resumes: &[ResumeRecord],
+    loose: &[Finding],
+) -> std::io::Result<()> {
+    type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
+    let mut groups: BTreeMap<Option<&str>, Group<'_>> = BTreeMap::new();
+    for r in resumes {
+        groups.entry(r.session_id.as_deref()).or_default().0.push(r);
+    }
+    for f in loose {
+        groups.entry(f.session_id.as_deref()).or_default().1.push(f);
+    }
+    writeln!(out, "== {input} ==")?;
+    let mut quiet = 0;
+    for (sid, (rs, fs)) in &groups {
+        if !rs.iter().any(|r| notable_resume(r)) && fs.is_empty() {
+            quiet += 1;
+            continue;
+        }
+        match sid {
+            Some(sid) => writeln!(out, "session {sid}: {} resume(s)", rs.len())?,
+            None => writeln!(out, "no session id: {} resume(s)", rs.len())?,
+        }
+        for r in rs.iter().filter(|r| notable_resume(r)) {
+            let place = if r.connection.har_entry.is_some() {
+                format!("HAR entry {}", r.request.frame)
+            } else {
+                format!(
+                    "frame {}{}",
+                    r.request.frame,
+                    r.connection
+                        .tcp_stream
+                        .map(|s| format!(", tcp.stream {s}"))
+                        .unwrap_or_default()
+                )
+            };
+            writeln!(
+                out,
+                "  [{}] {} {} at {} ({place})",
+                r.decision.verdict.as_str(),
+                r.method,
+                r.target,
+                rfc3339_micros(r.request.time_ns)
+            )?;
+            writeln!(
+                out,
+                "    Last-Event-ID {:?}, first id {}: {}",
+                r.last_event_id,
+                r.first_event_id
+                    .as_deref()
+                    .map_or("none".to_string(), |f| format!("{f:?}")),
+                r.decision.reason
+            )?;
+            if let Some(shape) = &r.forensic.id_shape {
+                writeln!(out, "    ids compared by their counter, shape {shape}")?;
+            }
+            if let Some(e) = &r.forensic.evidence {
+                writeln!(out, "    proof: {}", e.detail)?;
+            }
+            if let Some(c) = &r.forensic.cursor
+                && c.status != CursorStatus::Consistent
+            {
+                writeln!(out, "    client cursor: {}", c.detail)?;
+            }
+            for f in &r.forensic.findings {
+                if f.kind != FindingKind::CursorStale && f.kind != FindingKind::CursorAhead {
+                    write_finding_text(out, "    ", f)?;
+                }
+            }
+            if let Some(s) = r.connection.tcp_stream {
+                writeln!(
+                    out,
+                    "    open in Wireshark: {}",
+                    display_filter(s, r.request, r.last_proof)
+                )?;
+            }
+        }
+        for f in fs {
+            write_finding_text(out, "  ", f)?;
+        }
+    }
+    if quiet > 0 {
+        writeln!(
+            out,
+            "{quiet} other session(s): every resume correct, nothing to report"
+        )?;
+    }
+    if groups.is_empty() {
+        writeln!(out, "no resume and no finding")?;
+    }
+    Ok(())
+}
+
+/// The closing line of the account for a person.
+pub fn write_human_summary<W: Write + ?Sized>(out: &mut W, s: &Summary) -> std::io::Result<()> {
+    let verdicts: Vec<String> = s
+        .verdicts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(v, n)| format!("{n} {v}"))
+        .collect();
+    let findings: Vec<String> = s
+        .findings
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    writeln!(
+        out,
+        "{} input(s), {} session(s), {} resume(s){}{}{}",
+        s.inputs,
+        s.sessions,
+        s.resumes,
+        if verdicts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", verdicts.join(", "))
+        },
+        if findings.is_empty() {
+            String::new()
+        } else {
+            format!("; findings: {}", findings.join(", "))
+        },
+        if s.inputs_failed > 0 {
+            format!("; {} input(s) could not be read in full", s.inputs_failed)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Why an input, or part of one, could not be read.
@@ -173,6 +623,12 @@ pub struct Summary {
     pub connections_evicted: u64,
     /// Out-of-order buffers that overflowed `--max-out-of-order` and were given up as gaps.
     pub out_of_order_overflows: u64,
+    /// Findings of the session stage by kind.
+    pub findings: BTreeMap<&'static str, u64>,
+    /// Session facts dropped by the per-stream caps (see docs/findings.md).
+    pub facts_dropped: u64,
+    /// Exchanges left out of the session stage by its per-input caps.
+    pub exchanges_not_audited: u64,
     pub problems: Vec<InputProblem>,
 }
 
@@ -185,7 +641,14 @@ impl Summary {
         for v in Verdict::ALL {
             s.verdicts.insert(v.as_str(), 0);
         }
+        for k in FindingKind::ALL {
+            s.findings.insert(k.as_str(), 0);
+        }
         s
+    }
+
+    pub fn count_finding(&mut self, f: &Finding) {
+        *self.findings.entry(f.kind.as_str()).or_insert(0) += 1;
     }
 
     pub fn count_verdict(&mut self, v: Verdict) {
@@ -193,7 +656,7 @@ impl Summary {
         self.resumes += 1;
     }
 
-    pub fn write<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
+    pub fn write<W: Write + ?Sized>(&self, out: &mut W) -> std::io::Result<()> {
         serde_json::to_writer(&mut *out, self)?;
         out.write_all(b"\n")
     }

@@ -1,23 +1,60 @@
-//! Sessions and resumes: what each exchange of a connection sent and got back.
+//! Exchanges and resumes of one connection: what each request sent and what came back.
 //!
 //! Input: the HTTP exchanges of one connection (as an [`HttpSink`]), with the bodies of
 //! `text/event-stream` answers run through the SSE parser.
 //! Output: one [`ResumeRecord`] per request that carried `Last-Event-ID`, decided by
-//! [`crate::verdict::decide`], and the set of `Mcp-Session-Id` values seen.
-//! Invariants: per exchange only derived facts are kept (first id, counters, marks), never a
-//! body; state lives only while its exchange is open, so it grows with open exchanges.
+//! [`crate::verdict::decide`]; one [`ExchangeSummary`] per exchange that belongs to an MCP
+//! session or answered with an event stream, carrying bounded facts about the stream (hashes
+//! of its ids and of its distinctive events, with the frames that carried them) for the
+//! session stage ([`crate::sessions`]); and the set of session ids seen.
+//! Invariants: per exchange only derived facts are kept (ids, hashes, counters, marks), never a
+//! body; per stream every list is capped (first and last [`FACTS_HEAD`]/[`FACTS_TAIL`] facts,
+//! a few progress tokens, retry values, shapes), and what a cap drops is counted; state for
+//! an exchange lives while it is open, summaries until the input is done.
+//! Priming events (an id with empty data) count as ids for the first-id comparison, except a
+//! priming event at the head of a resumed stream that repeats `Last-Event-ID` exactly: it
+//! re-states the client's position and delivers nothing, so the next id decides.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hasher;
 
 use crate::decode::Endpoint;
+use crate::idshape;
+use crate::jsonrpc::{self, RpcFact};
 use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
-use crate::sse::SseParser;
+use crate::sessions::Forensics;
+use crate::sse::{SseEvent, SseParser};
 use crate::verdict::{self, DecimalId, Decision, ResponseFacts, StreamOutcome, Verdict};
 
+/// Id facts kept from the start of each stream (replay from zero re-sends these).
+pub const FACTS_HEAD: usize = 64;
+/// Id facts kept from the end of each stream (a partial replay re-sends these).
+pub const FACTS_TAIL: usize = 64;
+/// Bytes of each event's data looked at for JSON-RPC facts and content hashes.
+pub const KEEP_DATA: usize = 16 << 10;
+/// Progress tokens followed per stream.
+pub const MAX_PROGRESS_TOKENS: usize = 8;
+/// `list_changed` notifications kept per stream.
+pub const MAX_LIST_CHANGED: usize = 16;
+/// `retry:` changes kept per stream.
+pub const MAX_RETRY: usize = 8;
+/// Shape observations kept per stream.
+pub const MAX_SHAPES: usize = 4;
+/// Distinct namespace keys kept per stream.
+pub const MAX_KEYS: usize = 32;
+/// Duplicate ids reported per resumed stream.
+pub const MAX_DUPS: usize = 8;
+/// Ids remembered per resumed stream to find duplicates inside it.
+pub const MAX_SEEN_IDS: usize = 4096;
+/// Characters of an id or target kept for display.
+pub const MAX_TEXT: usize = 256;
+/// Exchange summaries kept per connection; further exchanges are counted, not kept.
+pub const MAX_SUMMARIES_PER_CONNECTION: usize = 65_536;
+
 /// Where an exchange happened, as the report cites it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnectionRef {
     /// Wireshark's `tcp.stream` index for captures; for HAR input, unused (`None`).
     pub tcp_stream: Option<u64>,
@@ -29,7 +66,7 @@ pub struct ConnectionRef {
 }
 
 /// One resume: a request carrying `Last-Event-ID`, what came back, and the verdict.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ResumeRecord {
     pub session_id: Option<String>,
     pub decision: Decision,
@@ -59,25 +96,270 @@ pub struct ResumeRecord {
     /// The last frame that belongs to the proof (first event, else the end of the answer).
     pub last_proof: Mark,
     pub connection: ConnectionRef,
+    /// 0-based index of the exchange on its connection: joins the record to its summary.
+    pub exchange: u32,
+    /// A priming event at the head of the stream that repeated `Last-Event-ID`, skipped when
+    /// choosing the first id.
+    pub priming_ack: Option<Mark>,
+    /// An `event: resume` acknowledgment: the resume point it states, and where.
+    pub resume_ack: Option<(String, Mark)>,
+    /// `retry:` values of the stream, each time the value changed (capped).
+    pub retry: Vec<(u64, Mark)>,
+    /// The verdict is `unverifiable` only because the ids are not integers: the session
+    /// stage may decide it from other evidence.
+    pub ids_opaque: bool,
+    /// What the session stage found about this resume.
+    pub forensic: Forensics,
+}
+
+/// The first `FACTS_HEAD` and the last `FACTS_TAIL` items pushed; the ones between are
+/// counted in `dropped`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadTail<T> {
+    head: Vec<T>,
+    tail: VecDeque<T>,
+    pub dropped: u64,
+}
+
+impl<T> Default for HeadTail<T> {
+    fn default() -> Self {
+        HeadTail {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+}
+
+impl<T> HeadTail<T> {
+    pub fn push(&mut self, item: T) {
+        if self.head.len() < FACTS_HEAD {
+            self.head.push(item);
+            return;
+        }
+        self.tail.push_back(item);
+        if self.tail.len() > FACTS_TAIL {
+            self.tail.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    /// Kept items in the order they were pushed.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + Clone {
+        self.head.iter().chain(self.tail.iter())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty()
+    }
+}
+
+/// An id as shown in the report: its text (cut at [`MAX_TEXT`]), where it came, and its
+/// position among the stream's ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdSeen {
+    pub text: String,
+    pub mark: Mark,
+    pub id_index: u64,
+}
+
+/// One event id of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdFact {
+    /// Hash of the whole id as received.
+    pub hash: u64,
+    pub mark: Mark,
+    /// Position of the event in the stream (0-based, over all events).
+    pub event: u64,
+    /// Position among the stream's ids (0-based).
+    pub id_index: u64,
+    /// The event had no data (a priming event): it delivers nothing when re-sent.
+    pub priming: bool,
+    /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
+    pub key: u64,
+    pub key_len: u32,
+    /// The id's text, kept on resumed streams only (the ones findings quote).
+    pub text: Option<Box<str>>,
+}
+
+/// What makes an event's content worth comparing: it cannot legitimately be sent twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContentKind {
+    /// A JSON-RPC response: one per request.
+    Response,
+    /// A request from the server: its id is used once.
+    Request,
+    /// A progress notification: progress must increase, so the same one never comes twice.
+    Progress,
+}
+
+/// One distinctive event of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContentFact {
+    /// Hash of the event type, the data length and the kept data.
+    pub hash: u64,
+    pub kind: ContentKind,
+    /// Hash of the raw JSON-RPC id, for responses and requests.
+    pub rpc_id: Option<u64>,
+    pub mark: Mark,
+    pub event: u64,
+    /// The event's own SSE id, when it had one.
+    pub event_id: Option<u64>,
+}
+
+/// A progress value and where it came.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProgressAt {
+    pub value: f64,
+    pub mark: Mark,
+}
+
+/// The progress of one token on one stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressTrack {
+    pub token: u64,
+    /// The raw JSON token, cut for display.
+    pub token_text: String,
+    pub first: ProgressAt,
+    pub last: ProgressAt,
+    pub max: ProgressAt,
+    /// The first time progress did not increase on this stream: (before, after).
+    pub regressed: Option<(ProgressAt, ProgressAt)>,
+}
+
+/// A `list_changed` notification on a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListChangedFact {
+    pub method: String,
+    pub mark: Mark,
+    pub event_id: Option<(u64, String)>,
+}
+
+/// The same id twice on one resumed stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DupId {
+    pub text: String,
+    pub first: Mark,
+    pub again: Mark,
+}
+
+/// Consecutive ids of a stream that agree (`support`) or disagree (`breaks`) with a shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShapeTally {
+    pub k: u8,
+    pub prefix: String,
+    pub suffix: String,
+    pub support: u32,
+    pub breaks: u32,
+}
+
+/// Bounded facts about one `text/event-stream` answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StreamSummary {
+    pub events: u64,
+    pub ids: u64,
+    pub priming: u64,
+    pub first_id: Option<IdSeen>,
+    pub last_id: Option<IdSeen>,
+    /// The highest integer id of the stream, when it has any.
+    pub max_int_id: Option<IdSeen>,
+    pub id_facts: HeadTail<IdFact>,
+    pub content: HeadTail<ContentFact>,
+    pub progress: Vec<ProgressTrack>,
+    pub list_changed: Vec<ListChangedFact>,
+    pub retry: Vec<(u64, Mark)>,
+    pub resume_ack: Option<(String, Mark)>,
+    pub shapes: Vec<ShapeTally>,
+    /// Distinct namespace key hashes of the stream's ids (capped at [`MAX_KEYS`]).
+    pub keys: Vec<u64>,
+    pub dup_ids: Vec<DupId>,
+    /// Holes in the body the capture did not hold.
+    pub gaps: u64,
+    /// For the 2024-11-05 transport: the session named by an `endpoint` event.
+    pub endpoint_session: Option<String>,
+    /// Facts beyond the caps (ids and contents between head and tail, tokens, events).
+    pub facts_dropped: u64,
+}
+
+/// One exchange, as the session stage needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExchangeSummary {
+    pub connection: ConnectionRef,
+    pub exchange: u32,
+    pub session_id: Option<String>,
+    /// `None` when the request was not captured.
+    pub method: Option<String>,
+    pub target: Option<String>,
+    pub last_event_id: Option<String>,
+    pub protocol_version: Option<String>,
+    pub request: Option<Mark>,
+    pub status: Option<u16>,
+    pub response: Option<Mark>,
+    pub event_stream: bool,
+    pub end: Option<(BodyEnd, Mark)>,
+    pub stream: Option<Box<StreamSummary>>,
+}
+
+impl ExchangeSummary {
+    /// Where the exchange begins in the capture.
+    pub fn start(&self) -> Mark {
+        self.request.or(self.response).unwrap_or_default()
+    }
+}
+
+/// A 64-bit hash of bytes; stable within a build, never shown.
+pub fn fact_hash(parts: &[&[u8]]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    for p in parts {
+        h.write_usize(p.len());
+        h.write(p);
+    }
+    h.finish()
+}
+
+fn cut_text(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(bytes);
+    match s.char_indices().nth(MAX_TEXT) {
+        Some((at, _)) => s[..at].to_string(),
+        None => s.into_owned(),
+    }
+}
+
+/// What a resumed stream tells about the seed's comparison.
+#[derive(Debug)]
+struct ResumeFacts {
+    last_event_id: String,
+    first_id: Option<(String, bool, Mark)>,
+    events: u64,
+    events_before_first_id: u64,
+    /// Integer ids at or below the integer `Last-Event-ID`: events seen delivered again.
+    resent_ids: u64,
+    gap_before_first_id: bool,
+    priming_ack: Option<Mark>,
+    /// Ids seen on this stream, to find duplicates (capped at [`MAX_SEEN_IDS`]).
+    seen: HashMap<u64, Mark>,
 }
 
 /// Facts gathered from one answer's event stream.
 #[derive(Debug)]
 struct StreamFacts {
-    parser: Option<SseParser>,
-    first_id: Option<(String, bool, Mark)>,
-    events_before_first_id: u64,
-    events: u64,
-    /// Integer ids at or below the integer `Last-Event-ID`: events seen delivered again.
-    resent_ids: u64,
-    last_event_id: String,
-    gap_before_first_id: bool,
+    resume: Option<ResumeFacts>,
+    summary: Option<Box<StreamSummary>>,
+    /// The previous id of the stream (for shapes); emptied at a gap.
+    prev_id: Option<String>,
+    max_id: usize,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    parser: SseParser,
+    facts: StreamFacts,
 }
 
 struct OpenExchange {
     request: Option<RequestHead>,
     response: Option<ResponseHead>,
-    stream: Option<StreamFacts>,
+    stream: Option<StreamState>,
     end: Option<(BodyEnd, Mark)>,
 }
 
@@ -87,10 +369,16 @@ pub struct ExchangeTracker {
     open: HashMap<u32, OpenExchange>,
     /// Decided resumes, in the order they were decided; the connection fills in endpoints.
     pub resumes: Vec<ResumeRecord>,
+    /// Exchange summaries for the session stage, in the order they completed.
+    pub summaries: Vec<ExchangeSummary>,
     pub session_ids: BTreeSet<String>,
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
     pub exchanges: u64,
+    /// Facts dropped by the per-stream caps, and summaries by the per-connection cap.
+    pub facts_dropped: u64,
+    pub summaries_dropped: u64,
+    keep_summaries: bool,
 }
 
 /// Anomalies kept per connection for the report; further ones are only counted.
@@ -102,10 +390,21 @@ impl ExchangeTracker {
             limits: limits.clone(),
             open: HashMap::new(),
             resumes: Vec::new(),
+            summaries: Vec::new(),
             session_ids: BTreeSet::new(),
             anomalies: Vec::new(),
             exchanges: 0,
+            facts_dropped: 0,
+            summaries_dropped: 0,
+            keep_summaries: true,
         }
+    }
+
+    /// Stops gathering session facts for this connection (resumes are still decided): the
+    /// driver's bound on how many connections of one input feed the session stage.
+    pub fn without_summaries(mut self) -> Self {
+        self.keep_summaries = false;
+        self
     }
 
     fn entry(&mut self, exchange: u32) -> &mut OpenExchange {
@@ -124,44 +423,120 @@ impl ExchangeTracker {
         ids.sort_unstable();
         for id in ids {
             if let Some(mut ex) = self.open.remove(&id) {
-                if let Some(stream) = ex.stream.as_mut()
-                    && let Some(parser) = stream.parser.as_mut()
-                {
-                    parser.finish(mark);
+                if let Some(stream) = ex.stream.as_mut() {
+                    stream.parser.finish(mark);
                 }
                 let closed_on_wire =
                     server_end.is_some_and(StreamEnd::seen_on_wire) && !server_gaps;
-                self.decide(ex, closed_on_wire, mark);
+                self.complete(id, ex, closed_on_wire, mark);
             }
         }
     }
 
-    fn decide(&mut self, ex: OpenExchange, closed_on_wire: bool, mark: Mark) {
-        let Some(request) = ex.request else { return };
-        let Some(last_event_id) = request.last_event_id.clone() else {
-            return;
+    /// An exchange is over: its summary is kept, and a resume is decided.
+    fn complete(&mut self, exchange: u32, ex: OpenExchange, closed_on_wire: bool, mark: Mark) {
+        let OpenExchange {
+            request,
+            response,
+            stream,
+            end,
+        } = ex;
+        let (resume, summary) = match stream {
+            Some(s) => (s.facts.resume, s.facts.summary),
+            None => (None, None),
         };
         let session_id = request
-            .session_id
-            .clone()
-            .or_else(|| ex.response.as_ref().and_then(|r| r.session_id.clone()));
-        let stream_end = ex.end.map(|(how, _)| how);
-        let facts = match &ex.response {
+            .as_ref()
+            .and_then(|r| r.session_id.clone())
+            .or_else(|| response.as_ref().and_then(|r| r.session_id.clone()))
+            .or_else(|| {
+                request
+                    .as_ref()
+                    .and_then(|r| jsonrpc::session_from_url(r.target.as_bytes()))
+            })
+            .or_else(|| summary.as_ref().and_then(|s| s.endpoint_session.clone()));
+        self.note_session(&session_id);
+        if let Some(s) = &summary {
+            self.facts_dropped += s.facts_dropped + s.id_facts.dropped + s.content.dropped;
+        }
+        let event_stream = response.as_ref().is_some_and(ResponseHead::is_event_stream);
+        let last_event_id = request.as_ref().and_then(|r| r.last_event_id.clone());
+        if let Some(request) = &request
+            && let Some(last_event_id) = last_event_id.clone()
+        {
+            self.decide(
+                exchange,
+                request,
+                response.as_ref(),
+                resume,
+                summary.as_deref(),
+                end,
+                last_event_id,
+                session_id.clone(),
+                closed_on_wire,
+                mark,
+            );
+        }
+        let relevant = session_id.is_some() || event_stream || last_event_id.is_some();
+        if !(self.keep_summaries && relevant) {
+            return;
+        }
+        if self.summaries.len() >= MAX_SUMMARIES_PER_CONNECTION {
+            self.summaries_dropped += 1;
+            return;
+        }
+        self.summaries.push(ExchangeSummary {
+            connection: ConnectionRef::default(),
+            exchange,
+            session_id,
+            method: request.as_ref().map(|r| r.method.clone()),
+            target: request.as_ref().map(|r| cut_text(r.target.as_bytes())),
+            last_event_id,
+            protocol_version: request.as_ref().and_then(|r| r.protocol_version.clone()),
+            request: request.as_ref().map(|r| r.first),
+            status: response.as_ref().map(|r| r.status),
+            response: response.as_ref().map(|r| r.first),
+            event_stream,
+            end,
+            stream: summary,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &mut self,
+        exchange: u32,
+        request: &RequestHead,
+        response: Option<&ResponseHead>,
+        resume: Option<ResumeFacts>,
+        summary: Option<&StreamSummary>,
+        end: Option<(BodyEnd, Mark)>,
+        last_event_id: String,
+        session_id: Option<String>,
+        closed_on_wire: bool,
+        mark: Mark,
+    ) {
+        let stream_end = end.map(|(how, _)| how);
+        let facts = match response {
             None => ResponseFacts::Missing { closed_on_wire },
-            Some(resp) => {
-                let stream = ex.stream.as_ref();
-                ResponseFacts::Answered {
-                    status: resp.status,
-                    event_stream: resp.is_event_stream(),
-                    first_id: stream.and_then(|s| s.first_id.as_ref().map(|f| f.0.as_str())),
-                    gap_before_first_id: stream.is_some_and(|s| s.gap_before_first_id),
-                    outcome: stream_end.map(outcome_of),
-                }
-            }
+            Some(resp) => ResponseFacts::Answered {
+                status: resp.status,
+                event_stream: resp.is_event_stream(),
+                first_id: resume
+                    .as_ref()
+                    .and_then(|s| s.first_id.as_ref().map(|f| f.0.as_str())),
+                gap_before_first_id: resume.as_ref().is_some_and(|s| s.gap_before_first_id),
+                outcome: stream_end.map(outcome_of),
+            },
         };
         let mut decision = verdict::decide(&last_event_id, facts);
+        if decision.verdict == Verdict::Rejected && response.is_some_and(|r| r.status == 405) {
+            decision.reason = "the server answered 405 Method Not Allowed: it offers no \
+                               resumable GET stream (as on protocol 2026-07-28, which dropped \
+                               resumption)";
+        }
         let (mut first_id, first_truncated, mut first_mark) =
-            match ex.stream.as_ref().and_then(|s| s.first_id.clone()) {
+            match resume.as_ref().and_then(|s| s.first_id.clone()) {
                 Some((id, truncated, m)) => (Some(id), truncated, Some(m)),
                 None => (None, false, None),
             };
@@ -181,15 +556,18 @@ impl ExchangeTracker {
                 replayed_count: None,
             };
         }
+        let ids_opaque = decision.verdict == Verdict::Unverifiable
+            && first_id.is_some()
+            && !first_truncated
+            && response.is_some_and(|r| (200..300).contains(&r.status) && r.is_event_stream());
         let last_proof = first_mark
-            .or(ex.end.map(|(_, m)| m))
-            .or(ex.response.as_ref().map(|r| r.complete))
-            .unwrap_or(if ex.response.is_none() && closed_on_wire {
+            .or(end.map(|(_, m)| m))
+            .or(response.map(|r| r.complete))
+            .unwrap_or(if response.is_none() && closed_on_wire {
                 mark
             } else {
                 request.complete
             });
-        let stream = ex.stream.as_ref();
         self.resumes.push(ResumeRecord {
             session_id,
             decision,
@@ -197,25 +575,26 @@ impl ExchangeTracker {
             first_event_id: first_id,
             first_id_after_gap,
             first_event_id_truncated: first_truncated,
-            method: request.method,
-            target: request.target,
-            protocol_version: request.protocol_version,
+            method: request.method.clone(),
+            target: request.target.clone(),
+            protocol_version: request.protocol_version.clone(),
             request: request.first,
-            status: ex.response.as_ref().map(|r| r.status),
-            content_type: ex.response.as_ref().and_then(|r| r.content_type.clone()),
-            response: ex.response.as_ref().map(|r| r.first),
+            status: response.map(|r| r.status),
+            content_type: response.and_then(|r| r.content_type.clone()),
+            response: response.map(|r| r.first),
             first_event: first_mark,
-            events_before_first_id: stream.map_or(0, |s| s.events_before_first_id),
-            stream_events: stream.map_or(0, |s| s.events),
-            resent_ids: stream.map_or(0, |s| s.resent_ids),
+            events_before_first_id: resume.as_ref().map_or(0, |s| s.events_before_first_id),
+            stream_events: resume.as_ref().map_or(0, |s| s.events),
+            resent_ids: resume.as_ref().map_or(0, |s| s.resent_ids),
             stream_end,
             last_proof,
-            connection: ConnectionRef {
-                tcp_stream: None,
-                client: None,
-                server: None,
-                har_entry: None,
-            },
+            connection: ConnectionRef::default(),
+            exchange,
+            priming_ack: resume.as_ref().and_then(|s| s.priming_ack),
+            resume_ack: summary.and_then(|s| s.resume_ack.clone()),
+            retry: summary.map(|s| s.retry.clone()).unwrap_or_default(),
+            ids_opaque,
+            forensic: Forensics::default(),
         });
     }
 
@@ -238,6 +617,259 @@ fn outcome_of(end: BodyEnd) -> StreamOutcome {
     }
 }
 
+impl StreamFacts {
+    fn on_event(&mut self, ev: &SseEvent<'_>) {
+        let priming = ev.id.is_some() && ev.data_len == 0;
+        let mut skipped_ack = false;
+        if let Some(r) = self.resume.as_mut() {
+            r.events += 1;
+            match ev.id {
+                None => {
+                    if r.first_id.is_none() {
+                        r.events_before_first_id += 1;
+                    }
+                }
+                Some(id) => {
+                    if r.first_id.is_none()
+                        && r.priming_ack.is_none()
+                        && priming
+                        && id == r.last_event_id.as_bytes()
+                    {
+                        r.priming_ack = Some(ev.mark);
+                        skipped_ack = true;
+                    } else {
+                        if let (Some(last), Some(id)) = (
+                            DecimalId::parse(&r.last_event_id),
+                            std::str::from_utf8(id).ok().and_then(DecimalId::parse),
+                        ) && id.cmp_value(&last).is_le()
+                        {
+                            r.resent_ids += 1;
+                        }
+                        if r.first_id.is_none() {
+                            let text = String::from_utf8_lossy(id).into_owned();
+                            r.first_id =
+                                Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
+                        }
+                    }
+                }
+            }
+        }
+        let resumed = self.resume.is_some();
+        let Some(s) = self.summary.as_deref_mut() else {
+            return;
+        };
+        let event = s.events;
+        s.events += 1;
+        if let Some(v) = ev.retry
+            && s.retry.last().map(|r| r.0) != Some(v)
+        {
+            if s.retry.len() < MAX_RETRY {
+                s.retry.push((v, ev.mark));
+            } else {
+                s.facts_dropped += 1;
+            }
+        }
+        match ev.event_type {
+            b"endpoint" if s.endpoint_session.is_none() => {
+                s.endpoint_session = jsonrpc::session_from_url(ev.data);
+            }
+            b"resume" if s.resume_ack.is_none() => {
+                s.resume_ack = jsonrpc::resume_point(ev.data).map(|p| (p, ev.mark));
+            }
+            _ => {}
+        }
+        let mut event_id_hash = None;
+        if let Some(id) = ev.id {
+            let hash = fact_hash(&[id]);
+            event_id_hash = Some(hash);
+            let id_index = s.ids;
+            s.ids += 1;
+            if priming {
+                s.priming += 1;
+            }
+            let (key, key_len) = idshape::namespace_key_hash(id);
+            if !s.keys.contains(&key) {
+                if s.keys.len() < MAX_KEYS {
+                    s.keys.push(key);
+                } else {
+                    s.facts_dropped += 1;
+                }
+            }
+            // Duplicates inside one resumed stream (a priming event delivers nothing, and the
+            // skipped acknowledgment is the client's own position).
+            if let Some(r) = self.resume.as_mut()
+                && !priming
+            {
+                match r.seen.get(&hash) {
+                    Some(&first) => {
+                        if s.dup_ids.len() < MAX_DUPS {
+                            s.dup_ids.push(DupId {
+                                text: cut_text(id),
+                                first,
+                                again: ev.mark,
+                            });
+                        }
+                    }
+                    None if r.seen.len() < MAX_SEEN_IDS => {
+                        r.seen.insert(hash, ev.mark);
+                    }
+                    None => s.facts_dropped += 1,
+                }
+            }
+            match std::str::from_utf8(id) {
+                Ok(text) if !ev.id_truncated => {
+                    if let Some(prev) = self.prev_id.as_deref()
+                        && let Some(obs) = idshape::observe_pair(prev, text)
+                    {
+                        tally_shape(s, &obs);
+                    }
+                    let buf = self.prev_id.get_or_insert_with(String::new);
+                    buf.clear();
+                    buf.push_str(text);
+                }
+                _ => self.prev_id = None,
+            }
+            let seen = IdSeen {
+                text: cut_text(id),
+                mark: ev.mark,
+                id_index,
+            };
+            if s.first_id.is_none() {
+                s.first_id = Some(seen.clone());
+            }
+            if let Ok(text) = std::str::from_utf8(id)
+                && let Some(n) = DecimalId::parse(text)
+                && s.max_int_id.as_ref().is_none_or(|m| {
+                    DecimalId::parse(&m.text).is_none_or(|cur| n.cmp_value(&cur).is_gt())
+                })
+                && !ev.id_truncated
+            {
+                s.max_int_id = Some(seen.clone());
+            }
+            s.last_id = Some(seen);
+            s.id_facts.push(IdFact {
+                hash,
+                mark: ev.mark,
+                event,
+                id_index,
+                priming,
+                key,
+                key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
+                text: (resumed && !skipped_ack).then(|| cut_text(id).into_boxed_str()),
+            });
+        }
+        if ev.data_len == 0 {
+            return;
+        }
+        let fact = jsonrpc::classify(ev.data);
+        let content = |kind, rpc_id: Option<&[u8]>| ContentFact {
+            hash: fact_hash(&[
+                ev.event_type,
+                &ev.data_len.to_le_bytes(),
+                ev.data,
+                &[u8::from(ev.data_truncated)],
+            ]),
+            kind,
+            rpc_id: rpc_id.map(|id| fact_hash(&[id])),
+            mark: ev.mark,
+            event,
+            event_id: event_id_hash,
+        };
+        match fact {
+            RpcFact::Response { id } => s.content.push(content(ContentKind::Response, Some(id))),
+            RpcFact::Request { id } => s.content.push(content(ContentKind::Request, Some(id))),
+            RpcFact::Progress { token, progress } => {
+                s.content.push(content(ContentKind::Progress, None));
+                track_progress(s, token, progress, ev.mark);
+            }
+            RpcFact::ListChanged { method } => {
+                if s.list_changed.len() < MAX_LIST_CHANGED {
+                    s.list_changed.push(ListChangedFact {
+                        method: cut_text(method),
+                        mark: ev.mark,
+                        event_id: ev.id.map(|id| (fact_hash(&[id]), cut_text(id))),
+                    });
+                } else {
+                    s.facts_dropped += 1;
+                }
+            }
+            RpcFact::Other => {}
+        }
+    }
+
+    fn gap(&mut self) {
+        if let Some(r) = self.resume.as_mut()
+            && r.first_id.is_none()
+        {
+            r.gap_before_first_id = true;
+        }
+        // Consecutive ids across a hole are not consecutive events.
+        self.prev_id = None;
+        if let Some(s) = self.summary.as_deref_mut() {
+            s.gaps += 1;
+        }
+    }
+}
+
+fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) {
+    let at = s
+        .shapes
+        .iter()
+        .position(|t| t.k == obs.k && t.prefix == obs.prefix && t.suffix == obs.suffix);
+    let at = match at {
+        Some(at) => at,
+        None if s.shapes.len() < MAX_SHAPES => {
+            s.shapes.push(ShapeTally {
+                k: obs.k,
+                prefix: obs.prefix.to_string(),
+                suffix: obs.suffix.to_string(),
+                support: 0,
+                breaks: 0,
+            });
+            s.shapes.len() - 1
+        }
+        None => {
+            s.facts_dropped += 1;
+            return;
+        }
+    };
+    let Some(t) = s.shapes.get_mut(at) else {
+        return;
+    };
+    if obs.counts {
+        t.support = t.support.saturating_add(1);
+    } else {
+        t.breaks = t.breaks.saturating_add(1);
+    }
+}
+
+fn track_progress(s: &mut StreamSummary, token: &[u8], value: f64, mark: Mark) {
+    let key = fact_hash(&[token]);
+    let now = ProgressAt { value, mark };
+    if let Some(t) = s.progress.iter_mut().find(|t| t.token == key) {
+        if value <= t.last.value && t.regressed.is_none() {
+            t.regressed = Some((t.last, now));
+        }
+        t.last = now;
+        if value > t.max.value {
+            t.max = now;
+        }
+        return;
+    }
+    if s.progress.len() >= MAX_PROGRESS_TOKENS {
+        s.facts_dropped += 1;
+        return;
+    }
+    s.progress.push(ProgressTrack {
+        token: key,
+        token_text: cut_text(token),
+        first: now,
+        last: now,
+        max: now,
+        regressed: None,
+    });
+}
+
 impl HttpSink for ExchangeTracker {
     fn request(&mut self, head: RequestHead) {
         self.exchanges += 1;
@@ -250,71 +882,47 @@ impl HttpSink for ExchangeTracker {
         self.note_session(&head.session_id);
         let n = head.exchange;
         let limits = self.limits.clone();
+        let keep = self.keep_summaries;
         let ex = self.entry(n);
         if ex.request.is_none() {
             // The request was not captured: without it there is nothing to pair.
             self.exchanges += 1;
         }
         let ex = self.entry(n);
-        // Exchanges that are not resumes need nothing more than their session id.
         let resumed_from = ex.request.as_ref().and_then(|r| r.last_event_id.clone());
-        if let Some(last_event_id) = resumed_from
-            && head.is_event_stream()
-        {
-            ex.stream = Some(StreamFacts {
-                parser: Some(SseParser::new(&limits, 0)),
-                first_id: None,
-                events_before_first_id: 0,
-                events: 0,
-                resent_ids: 0,
+        // Event streams are read for session facts; a resume is read even when those are off.
+        if head.is_event_stream() && (keep || resumed_from.is_some()) {
+            let resume = resumed_from.map(|last_event_id| ResumeFacts {
                 last_event_id,
+                first_id: None,
+                events: 0,
+                events_before_first_id: 0,
+                resent_ids: 0,
                 gap_before_first_id: false,
+                priming_ack: None,
+                seen: HashMap::new(),
+            });
+            ex.stream = Some(StreamState {
+                parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
+                facts: StreamFacts {
+                    resume,
+                    summary: keep.then(Box::default),
+                    prev_id: None,
+                    max_id: limits.max_sse_field_bytes,
+                },
             });
         }
         ex.response = Some(head);
     }
 
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        let max_id = self.limits.max_sse_field_bytes;
         let Some(ex) = self.open.get_mut(&exchange) else {
             return;
         };
-        let Some(stream) = ex.stream.as_mut() else {
+        let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
             return;
         };
-        let StreamFacts {
-            parser,
-            first_id,
-            events_before_first_id,
-            events,
-            resent_ids,
-            last_event_id,
-            ..
-        } = stream;
-        let Some(parser) = parser.as_mut() else {
-            return;
-        };
-        let last = DecimalId::parse(last_event_id);
-        parser.feed(bytes, mark, |ev| {
-            *events += 1;
-            let Some(id) = ev.id else {
-                if first_id.is_none() {
-                    *events_before_first_id += 1;
-                }
-                return;
-            };
-            if let (Some(last), Some(id)) = (
-                &last,
-                std::str::from_utf8(id).ok().and_then(DecimalId::parse),
-            ) && id.cmp_value(last).is_le()
-            {
-                *resent_ids += 1;
-            }
-            if first_id.is_none() {
-                let text = String::from_utf8_lossy(id).into_owned();
-                *first_id = Some((text, ev.id_truncated || id.len() > max_id, ev.mark));
-            }
-        });
+        parser.feed(bytes, mark, |ev| facts.on_event(ev));
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
@@ -324,25 +932,19 @@ impl HttpSink for ExchangeTracker {
         let Some(stream) = ex.stream.as_mut() else {
             return;
         };
-        if stream.first_id.is_none() {
-            stream.gap_before_first_id = true;
-        }
-        if let Some(p) = stream.parser.as_mut() {
-            p.gap(mark);
-        }
+        stream.facts.gap();
+        stream.parser.gap(mark);
     }
 
     fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
         let Some(mut ex) = self.open.remove(&exchange) else {
             return;
         };
-        if let Some(stream) = ex.stream.as_mut()
-            && let Some(parser) = stream.parser.as_mut()
-        {
-            parser.finish(mark);
+        if let Some(stream) = ex.stream.as_mut() {
+            stream.parser.finish(mark);
         }
         ex.end = Some((how, mark));
-        self.decide(ex, false, mark);
+        self.complete(exchange, ex, false, mark);
     }
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {

@@ -1,0 +1,409 @@
+//! The few JSON-RPC facts the session checks need, read from SSE event data.
+//!
+//! Input: the kept prefix of one event's data (possibly cut), its event type, request
+//! targets and `endpoint` event data.
+//! Output: an [`RpcFact`] (a response or server request with its raw `id`, a progress
+//! notification with its token and value, a `list_changed` notification, or nothing of
+//! interest), the session named in a URL query, and the resume point of an `event: resume`
+//! acknowledgment.
+//! Invariants: no allocation and no full parse on the common path: memmem pre-filters decide
+//! whether the data can hold a fact at all, then one pass over the top level of the object
+//! borrows the raw values it needs (nested values are skipped, strings are jumped with
+//! memchr). A value cut by the end of the kept prefix is never reported; malformed JSON gives
+//! `RpcFact::Other`, never an error.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+use memchr::{memchr, memchr2};
+
+static ID_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"id\""));
+static PROGRESS: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"notifications/progress"));
+static LIST_CHANGED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"list_changed"));
+
+/// What an event's data is, as far as the session checks care.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RpcFact<'a> {
+    /// A response (`result` or `error`) to the client's request with this raw JSON id.
+    Response {
+        id: &'a [u8],
+    },
+    /// A request from the server to the client (it has `method` and `id`).
+    Request {
+        id: &'a [u8],
+    },
+    /// `notifications/progress`: the raw JSON progress token and the progress value.
+    Progress {
+        token: &'a [u8],
+        progress: f64,
+    },
+    /// A `notifications/.../list_changed` notification; the method as sent (raw string body).
+    ListChanged {
+        method: &'a [u8],
+    },
+    Other,
+}
+
+/// The top-level members of an object the checks look at, as raw JSON values.
+#[derive(Default, Debug)]
+struct TopLevel<'a> {
+    id: Option<&'a [u8]>,
+    /// The body of the `method` string, escapes left as sent.
+    method: Option<&'a [u8]>,
+    has_result: bool,
+    has_error: bool,
+    params: Option<&'a [u8]>,
+    progress_token: Option<&'a [u8]>,
+    progress: Option<&'a [u8]>,
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(c) = b.get(i) {
+        if !matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the string starting at `i` (which holds the opening quote).
+fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        let rest = b.get(j..)?;
+        let at = memchr2(b'"', b'\\', rest)?;
+        j += at;
+        if b.get(j) == Some(&b'\\') {
+            j += 2;
+        } else {
+            return Some(j + 1);
+        }
+    }
+}
+
+/// Index just past the value starting at `i`; `None` when the data ends inside it or it is
+/// not JSON.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match *b.get(j)? {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while let Some(c) = b.get(j) {
+                if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n') {
+                    break;
+                }
+                j += 1;
+            }
+            // A scalar that runs to the end of the kept data may have been cut.
+            (j < b.len() && j > i).then_some(j)
+        }
+    }
+}
+
+/// Walks the members of the object at the start of `b`, calling `member(key, raw value)`.
+/// Stops quietly at the first thing that is not JSON or at the end of the data.
+fn members<'a>(b: &'a [u8], mut member: impl FnMut(&'a [u8], &'a [u8])) {
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(b, i);
+        if b.get(i) != Some(&b'"') {
+            return;
+        }
+        let Some(key_end) = skip_string(b, i) else {
+            return;
+        };
+        let key = &b[i + 1..key_end - 1];
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return;
+        }
+        i = skip_ws(b, i + 1);
+        let Some(end) = skip_value(b, i) else {
+            return;
+        };
+        member(key, &b[i..end]);
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            _ => return,
+        }
+    }
+}
+
+fn string_body(raw: &[u8]) -> Option<&[u8]> {
+    raw.strip_prefix(b"\"")?.strip_suffix(b"\"")
+}
+
+fn top_level(data: &[u8]) -> TopLevel<'_> {
+    let mut t = TopLevel::default();
+    members(data, |k, v| match k {
+        b"id" => t.id = Some(v),
+        b"method" => t.method = string_body(v),
+        b"result" => t.has_result = true,
+        b"error" => t.has_error = true,
+        b"params" => t.params = Some(v),
+        _ => {}
+    });
+    t
+}
+
+/// Reads what an event's data says. `data` is the kept prefix of the data buffer.
+pub fn classify(data: &[u8]) -> RpcFact<'_> {
+    // The pre-filters: a message that can matter names one of these somewhere.
+    if ID_KEY.find(data).is_none()
+        && PROGRESS.find(data).is_none()
+        && LIST_CHANGED.find(data).is_none()
+    {
+        return RpcFact::Other;
+    }
+    let t = top_level(data);
+    if let Some(id) = t.id {
+        if t.has_result || t.has_error {
+            return RpcFact::Response { id };
+        }
+        if t.method.is_some() && id != b"null" {
+            return RpcFact::Request { id };
+        }
+        return RpcFact::Other;
+    }
+    let Some(method) = t.method else {
+        return RpcFact::Other;
+    };
+    if method == b"notifications/progress" {
+        let Some(params) = t.params else {
+            return RpcFact::Other;
+        };
+        let mut p = TopLevel::default();
+        members(params, |k, v| match k {
+            b"progressToken" => p.progress_token = Some(v),
+            b"progress" => p.progress = Some(v),
+            _ => {}
+        });
+        let (Some(token), Some(value)) = (p.progress_token, p.progress) else {
+            return RpcFact::Other;
+        };
+        let Some(progress) = std::str::from_utf8(value)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+        else {
+            return RpcFact::Other;
+        };
+        return RpcFact::Progress { token, progress };
+    }
+    if method.starts_with(b"notifications/") && method.ends_with(b"/list_changed") {
+        return RpcFact::ListChanged { method };
+    }
+    RpcFact::Other
+}
+
+/// Longest session id taken from a URL.
+const MAX_URL_SESSION: usize = 256;
+
+/// The session a URL names in its query (`sessionId=` as the TypeScript SDK writes it,
+/// `session_id=` as the Python SDK does), for the 2024-11-05 HTTP+SSE transport.
+pub fn session_from_url(url: &[u8]) -> Option<String> {
+    let q = memchr(b'?', url)?;
+    let query = url.get(q + 1..)?;
+    let query = query.split(|&b| b == b'#').next().unwrap_or(query);
+    for pair in query.split(|&b| b == b'&') {
+        let Some(eq) = memchr(b'=', pair) else {
+            continue;
+        };
+        let (k, v) = (&pair[..eq], &pair[eq + 1..]);
+        if (k == b"sessionId" || k == b"session_id") && !v.is_empty() && v.len() <= MAX_URL_SESSION
+        {
+            let text = std::str::from_utf8(v).ok()?;
+            if text.bytes().all(|b| b.is_ascii_graphic()) {
+                return Some(text.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// Longest resume point taken from an acknowledgment.
+const MAX_RESUME_POINT: usize = 4096;
+
+/// The resume point an `event: resume` acknowledgment states: the id after which the server
+/// resumes. Accepted forms: a bare id, a JSON string, or a JSON object with one of
+/// `lastEventId`, `last_event_id`, `resumeFrom`, `resume_from`, `after` holding a string.
+pub fn resume_point(data: &[u8]) -> Option<String> {
+    let trimmed = data.trim_ascii();
+    if trimmed.is_empty() || trimmed.len() > MAX_RESUME_POINT {
+        return None;
+    }
+    match trimmed.first() {
+        Some(b'"') => serde_json::from_slice::<String>(trimmed).ok(),
+        Some(b'{') => {
+            let mut found = None;
+            members(trimmed, |k, v| {
+                if found.is_none()
+                    && matches!(
+                        k,
+                        b"lastEventId"
+                            | b"last_event_id"
+                            | b"resumeFrom"
+                            | b"resume_from"
+                            | b"after"
+                    )
+                {
+                    found = serde_json::from_slice::<String>(v).ok();
+                }
+            });
+            found
+        }
+        _ => {
+            let text = std::str::from_utf8(trimmed).ok()?;
+            (!text.bytes().any(|b| b.is_ascii_whitespace())).then(|| text.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_and_requests_in_any_member_order() {
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#),
+            RpcFact::Response { id: b"7" }
+        );
+        assert_eq!(
+            classify(br#"{"result":{"content":[{"id":"x"}]},"jsonrpc":"2.0","id":"r-7"}"#),
+            RpcFact::Response { id: br#""r-7""# }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"a\"}"}}"#),
+            RpcFact::Response { id: b"3" }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":4,"method":"sampling/createMessage","params":{}}"#),
+            RpcFact::Request { id: b"4" }
+        );
+        // Nested ids are not the message's id.
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","method":"x","params":{"id":5}}"#),
+            RpcFact::Other
+        );
+    }
+
+    #[test]
+    fn progress_and_list_changed() {
+        assert_eq!(
+            classify(
+                br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t1","progress":40,"total":100}}"#
+            ),
+            RpcFact::Progress {
+                token: br#""t1""#,
+                progress: 40.0
+            }
+        );
+        assert_eq!(
+            classify(
+                br#"{"method":"notifications/progress","params":{"progress":2.5,"progressToken":9},"jsonrpc":"2.0"}"#
+            ),
+            RpcFact::Progress {
+                token: b"9",
+                progress: 2.5
+            }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#),
+            RpcFact::ListChanged {
+                method: b"notifications/tools/list_changed"
+            }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"list_changed"}}"#),
+            RpcFact::Other
+        );
+    }
+
+    #[test]
+    fn cut_or_broken_data_gives_nothing_wrong() {
+        let whole = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t1","progress":40}}"#;
+        for cut in 0..whole.len() {
+            match classify(&whole[..cut]) {
+                RpcFact::Other => {}
+                RpcFact::Progress { token, progress } => {
+                    assert_eq!((token, progress), (&br#""t1""#[..], 40.0), "cut {cut}");
+                }
+                other => panic!("cut {cut}: {other:?}"),
+            }
+        }
+        let resp = br#"{"jsonrpc":"2.0","id":12345,"result":{}}"#;
+        for cut in 0..resp.len() {
+            match classify(&resp[..cut]) {
+                RpcFact::Other => {}
+                RpcFact::Response { id } => assert_eq!(id, b"12345", "cut {cut}"),
+                other => panic!("cut {cut}: {other:?}"),
+            }
+        }
+        for junk in [
+            &b"not json \"id\""[..],
+            b"{\"id\"",
+            b"{\"id\":}",
+            b"[1,\"id\"]",
+            b"{{{{\"id\"",
+        ] {
+            assert_eq!(classify(junk), RpcFact::Other);
+        }
+    }
+
+    #[test]
+    fn sessions_from_endpoint_urls() {
+        assert_eq!(
+            session_from_url(b"/messages?sessionId=4f1c-9a").as_deref(),
+            Some("4f1c-9a")
+        );
+        assert_eq!(
+            session_from_url(b"/messages/?session_id=abc123&x=1").as_deref(),
+            Some("abc123")
+        );
+        assert_eq!(session_from_url(b"/messages?x=1&sessionid=abc"), None);
+        assert_eq!(session_from_url(b"/messages?sessionId="), None);
+        assert_eq!(session_from_url(b"/mcp"), None);
+    }
+
+    #[test]
+    fn resume_points() {
+        assert_eq!(resume_point(b"s_4").as_deref(), Some("s_4"));
+        assert_eq!(resume_point(b" \"s_4\" ").as_deref(), Some("s_4"));
+        assert_eq!(
+            resume_point(br#"{"lastEventId":"s_4","n":1}"#).as_deref(),
+            Some("s_4")
+        );
+        assert_eq!(resume_point(br#"{"other":"s_4"}"#), None);
+        assert_eq!(resume_point(b"two words"), None);
+        assert_eq!(resume_point(b""), None);
+    }
+}

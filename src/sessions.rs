@@ -1,0 +1,1491 @@
+//! The session stage: what a whole session, and the other sessions of the capture, prove
+//! about each resume.
+//!
+//! Input: every [`ExchangeSummary`] of one input (from all connections and shards) and its
+//! decided [`ResumeRecord`]s.
+//! Output: each resume's [`Forensics`] (the id shape or other evidence that decided an
+//! opaque-id resume, the client cursor audit, findings with the frames that prove them),
+//! findings tied to no resume, and, on request, one [`SessionView`] per session.
+//! Invariants:
+//! - Summaries are put in capture order first (frame, then connection and exchange), so the
+//!   answer does not depend on how connections were spread over threads.
+//! - The seed's verdict on integer ids is never changed. An `unverifiable` verdict on opaque
+//!   ids is decided only from evidence: a user pattern, a shape learned from at least two
+//!   consecutive ids with no contradiction in the session, a re-delivery of what the client
+//!   had already acknowledged, or the server's `event: resume` acknowledgment.
+//! - Priming events (no data) are never evidence of re-delivery: re-sending one delivers
+//!   nothing. Identical content counts only for events that cannot legitimately repeat
+//!   (responses, server requests, progress notifications).
+//! - Memory: the facts each summary carries are capped where they are gathered; this stage's
+//!   indexes hold one entry per kept fact.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::idshape::{self, IdPattern};
+use crate::record::Mark;
+use crate::session::{
+    ContentFact, ContentKind, ExchangeSummary, IdFact, ResumeRecord, StreamSummary, fact_hash,
+};
+use crate::verdict::{self, Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
+
+/// How the session stage runs.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// `--id-pattern`: a user's description of the ids.
+    pub id_pattern: Option<IdPattern>,
+    /// `--sessions`: build one view per session.
+    pub views: bool,
+}
+
+/// Links followed back through resumes of resumes to find what the client had acknowledged.
+const MAX_LINEAGE: usize = 8;
+/// Findings of one kind reported per resume.
+const MAX_FINDINGS_PER_KIND: usize = 8;
+/// Exchanges listed per session view; the rest are counted.
+pub const MAX_VIEW_EXCHANGES: usize = 1000;
+
+/// A frame (or HAR entry) the report cites, with its role in the proof.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cite {
+    pub role: &'static str,
+    pub mark: Mark,
+    pub tcp_stream: Option<u64>,
+    /// The mark is a HAR entry index rather than a frame.
+    pub har: bool,
+    pub session_id: Option<String>,
+}
+
+/// What decided (or backs) a resume's verdict beyond the seed's integer comparison.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceKind {
+    /// The counter of a learned id shape was compared by the seed's boundary.
+    IdShape,
+    /// The counter of the user's `--id-pattern` was compared by the seed's boundary.
+    IdPattern,
+    /// An id the client had acknowledged was delivered again.
+    IdRedelivered,
+    /// An event the client had acknowledged (same type and data) was delivered again.
+    EventRedelivered,
+    /// The server's `event: resume` acknowledgment named its resume point.
+    ResumeAck,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evidence {
+    pub how: EvidenceKind,
+    pub detail: String,
+    pub id: Option<String>,
+    pub shape: Option<String>,
+    pub last_seq: Option<String>,
+    pub first_seq: Option<String>,
+    pub ack: Option<String>,
+    /// How many acknowledged ids (or events) the stream delivered again.
+    pub count: Option<u64>,
+    pub cites: Vec<Cite>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CursorStatus {
+    /// `Last-Event-ID` is the last id delivered on its stream before the resume.
+    Consistent,
+    /// Later ids were delivered on that stream before the resume.
+    Stale,
+    /// `Last-Event-ID` is beyond every id delivered on that stream.
+    Ahead,
+    /// The capture does not show where `Last-Event-ID` came from.
+    NotSeen,
+}
+
+/// The client's cursor against what the capture shows it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub status: CursorStatus,
+    pub detail: String,
+    pub last_delivered_id: Option<String>,
+    pub behind_by: Option<u64>,
+    pub cites: Vec<Cite>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// The same id twice on one resumed stream.
+    DuplicateIdInStream,
+    /// The resumed stream re-sent ids or events delivered on another stream of the session.
+    DuplicateDelivery,
+    /// The resumed stream delivered ids first delivered to another session.
+    CrossSessionLeak,
+    CursorStale,
+    CursorAhead,
+    /// A reconnect without `Last-Event-ID` after the session's streams carried ids.
+    CursorLost,
+    /// Progress for one token went backwards or repeated on a resumed stream.
+    ProgressRegressed,
+    /// A JSON-RPC response id delivered twice.
+    DuplicateResponse,
+    /// A `list_changed` notification delivered again after a resume.
+    ListChangedAgain,
+}
+
+impl FindingKind {
+    pub const ALL: [FindingKind; 9] = [
+        FindingKind::DuplicateIdInStream,
+        FindingKind::DuplicateDelivery,
+        FindingKind::CrossSessionLeak,
+        FindingKind::CursorStale,
+        FindingKind::CursorAhead,
+        FindingKind::CursorLost,
+        FindingKind::ProgressRegressed,
+        FindingKind::DuplicateResponse,
+        FindingKind::ListChangedAgain,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::DuplicateIdInStream => "duplicate_id_in_stream",
+            FindingKind::DuplicateDelivery => "duplicate_delivery",
+            FindingKind::CrossSessionLeak => "cross_session_leak",
+            FindingKind::CursorStale => "cursor_stale",
+            FindingKind::CursorAhead => "cursor_ahead",
+            FindingKind::CursorLost => "cursor_lost",
+            FindingKind::ProgressRegressed => "progress_regressed",
+            FindingKind::DuplicateResponse => "duplicate_response",
+            FindingKind::ListChangedAgain => "list_changed_again",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The server did something wrong, and the capture proves it.
+    Error,
+    /// Something a client or server should not do, or that breaks session state.
+    Warning,
+    /// Context for an analyst; nothing is proven wrong.
+    Info,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    pub session_id: Option<String>,
+    pub detail: String,
+    pub id: Option<String>,
+    pub other_session_id: Option<String>,
+    /// The resume request this finding belongs to.
+    pub resume: Option<Cite>,
+    pub cites: Vec<Cite>,
+}
+
+/// What the session stage found about one resume.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forensics {
+    /// The shape (or user pattern) whose counter decided an opaque-id resume.
+    pub id_shape: Option<String>,
+    pub evidence: Option<Evidence>,
+    pub cursor: Option<Cursor>,
+    pub findings: Vec<Finding>,
+}
+
+/// A resume as a session view lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumeView {
+    pub request: Cite,
+    pub verdict: Verdict,
+    pub last_event_id: String,
+    pub first_event_id: Option<String>,
+    pub id_shape: Option<String>,
+    pub cursor: Option<CursorStatus>,
+}
+
+/// One session: its exchanges in capture order, resumes, and findings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionView {
+    pub session_id: String,
+    pub protocol_versions: Vec<String>,
+    pub first: Mark,
+    pub last: Mark,
+    pub exchanges: Vec<ExchangeSummary>,
+    pub exchanges_omitted: u64,
+    pub resumes: Vec<ResumeView>,
+    pub findings: Vec<Finding>,
+}
+
+/// What the stage gives besides the updated resumes.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Findings tied to no resume, in capture order.
+    pub findings: Vec<Finding>,
+    pub views: Vec<SessionView>,
+}
+
+type JoinKey = (Option<u64>, Option<u64>, u32, u64);
+
+fn join_of_resume(r: &ResumeRecord) -> JoinKey {
+    (
+        r.connection.tcp_stream,
+        r.connection.har_entry,
+        r.exchange,
+        r.request.frame,
+    )
+}
+
+fn join_of_summary(x: &ExchangeSummary) -> Option<JoinKey> {
+    Some((
+        x.connection.tcp_stream,
+        x.connection.har_entry,
+        x.exchange,
+        x.request?.frame,
+    ))
+}
+
+fn cite(x: &ExchangeSummary, role: &'static str, mark: Mark) -> Cite {
+    Cite {
+        role,
+        mark,
+        tcp_stream: x.connection.tcp_stream,
+        har: x.connection.har_entry.is_some(),
+        session_id: x.session_id.clone(),
+    }
+}
+
+fn resume_cite(r: &ResumeRecord) -> Cite {
+    Cite {
+        role: "resume_request",
+        mark: r.request,
+        tcp_stream: r.connection.tcp_stream,
+        har: r.connection.har_entry.is_some(),
+        session_id: r.session_id.clone(),
+    }
+}
+
+/// Where a fact sits: the summary index and the fact.
+type At<'a, F> = (usize, &'a F);
+
+/// Indexes over one session's kept facts.
+struct SessionIndex<'a> {
+    members: &'a [usize],
+    ids: HashMap<u64, Vec<At<'a, IdFact>>>,
+    content: HashMap<u64, Vec<At<'a, ContentFact>>>,
+    rpc: HashMap<u64, Vec<At<'a, ContentFact>>>,
+    /// (run from end, prefix, suffix) → (support, breaks), over all streams of the session.
+    shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64)>,
+}
+
+impl<'a> SessionIndex<'a> {
+    fn build(xs: &'a [ExchangeSummary], members: &'a [usize]) -> Self {
+        let mut ix = SessionIndex {
+            members,
+            ids: HashMap::new(),
+            content: HashMap::new(),
+            rpc: HashMap::new(),
+            shapes: BTreeMap::new(),
+        };
+        for &i in members {
+            let Some(s) = xs[i].stream.as_deref() else {
+                continue;
+            };
+            for f in s.id_facts.iter() {
+                ix.ids.entry(f.hash).or_default().push((i, f));
+            }
+            for c in s.content.iter() {
+                ix.content.entry(c.hash).or_default().push((i, c));
+                if let Some(id) = c.rpc_id
+                    && c.kind == ContentKind::Response
+                {
+                    ix.rpc.entry(id).or_default().push((i, c));
+                }
+            }
+            for t in &s.shapes {
+                let e = ix
+                    .shapes
+                    .entry((t.k, t.prefix.as_str(), t.suffix.as_str()))
+                    .or_insert((0, 0));
+                e.0 += u64::from(t.support);
+                e.1 += u64::from(t.breaks);
+            }
+        }
+        ix
+    }
+
+    /// The learned shape two ids share: their counters, prefix and suffix, and its display.
+    fn shape_pair<'s>(&self, last: &'s str, first: &'s str) -> Option<ShapePair<'s>> {
+        for k in 0..idshape::MAX_RUN_FROM_END {
+            let (Some(a), Some(b)) = (
+                idshape::split_at_run(last, k),
+                idshape::split_at_run(first, k),
+            ) else {
+                return None;
+            };
+            if a.prefix != b.prefix || a.suffix != b.suffix {
+                continue;
+            }
+            let Some(&(support, breaks)) = self.shapes.get(&(k as u8, a.prefix, a.suffix)) else {
+                continue;
+            };
+            if support == 0 || breaks > 0 {
+                continue;
+            }
+            let families: Vec<(&str, &str)> = self
+                .shapes
+                .iter()
+                .filter(|((kk, _, _), (s, b))| usize::from(*kk) == k && *s > 0 && *b == 0)
+                .map(|((_, p, s), _)| (*p, *s))
+                .collect();
+            return Some(ShapePair {
+                last_seq: a.seq,
+                first_seq: b.seq,
+                prefix: a.prefix,
+                suffix: a.suffix,
+                display: idshape::display_shape(&families),
+            });
+        }
+        None
+    }
+}
+
+struct ShapePair<'s> {
+    last_seq: &'s str,
+    first_seq: &'s str,
+    prefix: &'s str,
+    suffix: &'s str,
+    display: String,
+}
+
+/// How two ids of one session compare, when anything says they can.
+fn order_ids(ix: &SessionIndex<'_>, opts: &Options, a: &str, b: &str) -> Option<Ordering> {
+    if let Some(o) = idshape::cmp_decimal(a, b) {
+        return Some(o);
+    }
+    if let Some(p) = &opts.id_pattern
+        && let Some((x, y)) = p.pair(a, b)
+    {
+        return idshape::cmp_decimal(x, y);
+    }
+    let s = ix.shape_pair(a, b)?;
+    idshape::cmp_decimal(s.last_seq, s.first_seq)
+}
+
+/// A stream the client's cursor came from, and how far along it the cursor was.
+struct Link<'a> {
+    x: usize,
+    fact: &'a IdFact,
+}
+
+/// Runs the stage over one input.
+pub fn analyze(
+    resumes: &mut [ResumeRecord],
+    mut xs: Vec<ExchangeSummary>,
+    opts: &Options,
+) -> Outcome {
+    xs.sort_by_key(|x| {
+        let m = x.start();
+        (
+            m.frame,
+            m.time_ns,
+            x.connection.tcp_stream,
+            x.connection.har_entry,
+            x.exchange,
+        )
+    });
+    let resume_of: HashMap<JoinKey, usize> = resumes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (join_of_resume(r), i))
+        .collect();
+    let mut sessions: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, x) in xs.iter().enumerate() {
+        if let Some(sid) = x.session_id.as_deref() {
+            sessions.entry(sid).or_default().push(i);
+        }
+    }
+    // The first delivery of every kept id in the whole input, for cross-session checks.
+    let mut first_delivery: HashMap<u64, At<'_, IdFact>> = HashMap::new();
+    for (i, x) in xs.iter().enumerate() {
+        let Some(s) = x.stream.as_deref() else {
+            continue;
+        };
+        for f in s.id_facts.iter().filter(|f| !f.priming) {
+            first_delivery
+                .entry(f.hash)
+                .and_modify(|cur| {
+                    if f.mark.frame < cur.1.mark.frame {
+                        *cur = (i, f);
+                    }
+                })
+                .or_insert((i, f));
+        }
+    }
+    let mut out = Outcome::default();
+    for (sid, members) in &sessions {
+        let ix = SessionIndex::build(&xs, members);
+        let mut session_findings = Vec::new();
+        for &xi in members.iter() {
+            let Some(key) = join_of_summary(&xs[xi]) else {
+                continue;
+            };
+            if xs[xi].last_event_id.is_none() {
+                continue;
+            }
+            let Some(&ri) = resume_of.get(&key) else {
+                continue;
+            };
+            let Some(r) = resumes.get_mut(ri) else {
+                continue;
+            };
+            audit_resume(&xs, &ix, &first_delivery, opts, xi, r);
+            session_findings.extend(r.forensic.findings.iter().cloned());
+        }
+        let mut loose = Vec::new();
+        cursor_lost(&xs, &ix, &mut loose);
+        loose_duplicate_responses(&xs, &ix, &mut loose);
+        session_findings.extend(loose.iter().cloned());
+        out.findings.append(&mut loose);
+        if opts.views {
+            out.views.push(view(
+                sid,
+                &xs,
+                members,
+                resumes,
+                &resume_of,
+                session_findings,
+            ));
+        }
+    }
+    out.findings.sort_by_key(|f| {
+        (
+            f.cites.first().map(|c| c.mark.frame),
+            f.kind,
+            f.session_id.clone(),
+        )
+    });
+    out.views
+        .sort_by(|a, b| (a.first.frame, &a.session_id).cmp(&(b.first.frame, &b.session_id)));
+    out
+}
+
+fn decide_by_counter(last: &str, first: &str) -> Decision {
+    verdict::decide(
+        last,
+        ResponseFacts::Answered {
+            status: 200,
+            event_stream: true,
+            first_id: Some(first),
+            gap_before_first_id: false,
+            outcome: Some(StreamOutcome::EndedOnWire),
+        },
+    )
+}
+
+/// The seed's boundary on the counters of two structured ids; the lost range is given as ids.
+fn decide_structured(last_seq: &str, first_seq: &str, prefix: &str, suffix: &str) -> Decision {
+    let mut d = decide_by_counter(last_seq, first_seq);
+    d.reason = match d.verdict {
+        Verdict::Correct => "the counter in the event id resumed at the one after Last-Event-ID's",
+        Verdict::GapSkipped => {
+            "the counter in the event id resumed past the one after Last-Event-ID's: the events \
+             between were lost"
+        }
+        Verdict::Replayed => {
+            "the counter in the event id resumed at or before Last-Event-ID's: events were sent \
+             again"
+        }
+        _ => d.reason,
+    };
+    if let Some(lost) = d.lost.take() {
+        d.lost = Some(LostRange {
+            from: format!("{prefix}{}{suffix}", lost.from),
+            to: format!("{prefix}{}{suffix}", lost.to),
+            count: lost.count,
+        });
+    }
+    d
+}
+
+fn stream_of(xs: &[ExchangeSummary], i: usize) -> Option<&StreamSummary> {
+    xs.get(i).and_then(|x| x.stream.as_deref())
+}
+
+/// The deliveries of `Last-Event-ID` the client's cursor stands on: the latest delivery of it
+/// before the resume request, then, when that stream was itself a resume, the delivery its own
+/// `Last-Event-ID` stood on, and so on.
+fn lineage<'a>(
+    xs: &'a [ExchangeSummary],
+    ix: &SessionIndex<'a>,
+    resumed: usize,
+    last_event_id: &str,
+    before: u64,
+) -> Vec<Link<'a>> {
+    let mut links: Vec<Link<'a>> = Vec::new();
+    let mut hash = fact_hash(&[last_event_id.as_bytes()]);
+    let mut before = before;
+    let mut exclude = vec![resumed];
+    while links.len() < MAX_LINEAGE {
+        let Some(found) = ix.ids.get(&hash).and_then(|v| {
+            v.iter()
+                .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
+                .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
+        }) else {
+            break;
+        };
+        let (x, fact) = *found;
+        links.push(Link { x, fact });
+        exclude.push(x);
+        let Some(up) = xs.get(x) else { break };
+        match (&up.last_event_id, up.request) {
+            (Some(l), Some(req)) => {
+                hash = fact_hash(&[l.as_bytes()]);
+                before = req.frame;
+            }
+            _ => break,
+        }
+    }
+    links
+}
+
+/// The delivery of `hash` the client had acknowledged, if any: on a lineage stream, at or
+/// before the acknowledged event.
+fn acknowledged<'a, F: Fact>(
+    deliveries: Option<&Vec<At<'a, F>>>,
+    links: &[Link<'_>],
+    before: u64,
+) -> Option<At<'a, F>> {
+    deliveries?
+        .iter()
+        .find(|(i, f)| {
+            f.delivers()
+                && f.mark().frame < before
+                && links.iter().any(|l| l.x == *i && f.event() <= l.fact.event)
+        })
+        .copied()
+}
+
+/// An earlier delivery of `hash` in the session that is not a legitimate resend: not on the
+/// resumed stream itself, and not past the acknowledged event on a lineage stream.
+fn elsewhere<'a, F: Fact>(
+    deliveries: Option<&Vec<At<'a, F>>>,
+    links: &[Link<'_>],
+    resumed: usize,
+    before: u64,
+) -> Option<At<'a, F>> {
+    deliveries?
+        .iter()
+        .find(|(i, f)| {
+            *i != resumed
+                && f.delivers()
+                && f.mark().frame < before
+                && !links.iter().any(|l| l.x == *i && f.event() > l.fact.event)
+        })
+        .copied()
+}
+
+trait Fact {
+    fn mark(&self) -> Mark;
+    fn event(&self) -> u64;
+    /// The delivery gave the client something: a priming event (no data) gave nothing, so
+    /// its id coming back with data is not the same event delivered twice.
+    fn delivers(&self) -> bool;
+}
+
+impl Fact for IdFact {
+    fn mark(&self) -> Mark {
+        self.mark
+    }
+    fn event(&self) -> u64 {
+        self.event
+    }
+    fn delivers(&self) -> bool {
+        !self.priming
+    }
+}
+
+impl Fact for ContentFact {
+    fn mark(&self) -> Mark {
+        self.mark
+    }
+    fn event(&self) -> u64 {
+        self.event
+    }
+    fn delivers(&self) -> bool {
+        true
+    }
+}
+
+/// A re-delivery found on the resumed stream: the earlier delivery, the later one, how many.
+struct Redelivery<'a, F> {
+    earlier: At<'a, F>,
+    again: &'a F,
+    count: u64,
+}
+
+fn audit_resume<'a>(
+    xs: &'a [ExchangeSummary],
+    ix: &SessionIndex<'a>,
+    first_delivery: &HashMap<u64, At<'a, IdFact>>,
+    opts: &Options,
+    xi: usize,
+    r: &mut ResumeRecord,
+) {
+    let x = &xs[xi];
+    let req = r.request;
+    let links = lineage(xs, ix, xi, &r.last_event_id, req.frame);
+    let stream = x.stream.as_deref();
+    let resumed_ids: Vec<&IdFact> = stream
+        .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
+        .unwrap_or_default();
+    let resumed_content: Vec<&ContentFact> = stream
+        .map(|s| s.content.iter().collect())
+        .unwrap_or_default();
+
+    // Re-deliveries: of what the client acknowledged (proof of replay), and of what another
+    // stream delivered (a duplicate, but not necessarily one the client had).
+    let mut id_redelivery: Option<Redelivery<'a, IdFact>> = None;
+    let mut id_elsewhere: Option<Redelivery<'a, IdFact>> = None;
+    for &f in &resumed_ids {
+        let d = ix.ids.get(&f.hash);
+        if let Some(e) = acknowledged(d, &links, f.mark.frame) {
+            match id_redelivery.as_mut() {
+                Some(rd) => rd.count += 1,
+                None => {
+                    id_redelivery = Some(Redelivery {
+                        earlier: e,
+                        again: f,
+                        count: 1,
+                    })
+                }
+            }
+        } else if !f.text.as_deref().is_some_and(crate::session::is_integer_id)
+            && let Some(e) = elsewhere(d, &links, xi, f.mark.frame)
+        {
+            // Integer ids are often counted per stream, so the same integer on two streams
+            // is not the same event; structured and opaque ids are unique in a session.
+            match id_elsewhere.as_mut() {
+                Some(rd) => rd.count += 1,
+                None => {
+                    id_elsewhere = Some(Redelivery {
+                        earlier: e,
+                        again: f,
+                        count: 1,
+                    })
+                }
+            }
+        }
+    }
+    let mut content_redelivery: Option<Redelivery<'a, ContentFact>> = None;
+    for &c in &resumed_content {
+        if let Some(e) = acknowledged(ix.content.get(&c.hash), &links, c.mark.frame) {
+            match content_redelivery.as_mut() {
+                Some(rd) => rd.count += 1,
+                None => {
+                    content_redelivery = Some(Redelivery {
+                        earlier: e,
+                        again: c,
+                        count: 1,
+                    })
+                }
+            }
+        }
+    }
+
+    let id_evidence = |rd: &Redelivery<'a, IdFact>| {
+        let text = rd.again.text.as_deref().map(str::to_string);
+        Evidence {
+            how: EvidenceKind::IdRedelivered,
+            detail: format!(
+                "id {} was delivered at frame {} and again on the resumed stream at frame {}; \
+                 the client had acknowledged it (it is at or before Last-Event-ID on its stream)",
+                text.as_deref().unwrap_or("?"),
+                rd.earlier.1.mark.frame,
+                rd.again.mark.frame
+            ),
+            id: text,
+            shape: None,
+            last_seq: None,
+            first_seq: None,
+            ack: None,
+            count: Some(rd.count),
+            cites: vec![
+                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
+                cite(x, "delivered_again", rd.again.mark),
+            ],
+        }
+    };
+    let content_evidence = |rd: &Redelivery<'a, ContentFact>| Evidence {
+        how: EvidenceKind::EventRedelivered,
+        detail: format!(
+            "an event with the same type and data ({}) was delivered at frame {} and again on the \
+             resumed stream at frame {}; the client had acknowledged it",
+            content_name(rd.again.kind),
+            rd.earlier.1.mark.frame,
+            rd.again.mark.frame
+        ),
+        id: None,
+        shape: None,
+        last_seq: None,
+        first_seq: None,
+        ack: None,
+        count: Some(rd.count),
+        cites: vec![
+            cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
+            cite(x, "delivered_again", rd.again.mark),
+        ],
+    };
+
+    // The verdict, for ids the seed cannot compare.
+    let first = r.first_event_id.clone();
+    if r.ids_opaque
+        && r.decision.verdict == Verdict::Unverifiable
+        && let Some(first) = first.as_deref()
+    {
+        let last = r.last_event_id.clone();
+        let pattern = opts
+            .id_pattern
+            .as_ref()
+            .and_then(|p| p.pair(&last, first).map(|(a, b)| (p.source(), a, b)));
+        if let Some((source, a, b)) = pattern {
+            let (pre, suf) = around(&last, a);
+            r.decision = decide_structured(a, b, pre, suf);
+            r.forensic.id_shape = Some(source.to_string());
+            r.forensic.evidence = Some(Evidence {
+                how: EvidenceKind::IdPattern,
+                detail: format!(
+                    "--id-pattern gives counter {a} in Last-Event-ID and {b} in the first id"
+                ),
+                id: Some(first.to_string()),
+                shape: Some(source.to_string()),
+                last_seq: Some(a.to_string()),
+                first_seq: Some(b.to_string()),
+                ack: None,
+                count: None,
+                cites: r
+                    .first_event
+                    .map(|m| cite(x, "first_event", m))
+                    .into_iter()
+                    .collect(),
+            });
+        } else if let Some(sp) = ix.shape_pair(&last, first) {
+            r.decision = decide_structured(sp.last_seq, sp.first_seq, sp.prefix, sp.suffix);
+            r.forensic.id_shape = Some(sp.display.clone());
+            r.forensic.evidence = Some(Evidence {
+                how: EvidenceKind::IdShape,
+                detail: format!(
+                    "the session's ids have the shape {} (consecutive ids of a stream count up \
+                     by one); counter {} in Last-Event-ID, {} in the first id",
+                    sp.display, sp.last_seq, sp.first_seq
+                ),
+                id: Some(first.to_string()),
+                shape: Some(sp.display),
+                last_seq: Some(sp.last_seq.to_string()),
+                first_seq: Some(sp.first_seq.to_string()),
+                ack: None,
+                count: None,
+                cites: r
+                    .first_event
+                    .map(|m| cite(x, "first_event", m))
+                    .into_iter()
+                    .collect(),
+            });
+        } else if let Some(rd) = &id_redelivery {
+            r.decision = Decision {
+                verdict: Verdict::Replayed,
+                reason: "the resumed stream delivered again an id the client had already \
+                         received (at or before Last-Event-ID)",
+                lost: None,
+                replayed_count: None,
+            };
+            r.forensic.evidence = Some(id_evidence(rd));
+        } else if let Some(rd) = &content_redelivery {
+            r.decision = Decision {
+                verdict: Verdict::Replayed,
+                reason: "the resumed stream delivered again an event the client had already \
+                         received (at or before Last-Event-ID)",
+                lost: None,
+                replayed_count: None,
+            };
+            r.forensic.evidence = Some(content_evidence(rd));
+        } else if let Some((ack, at)) = r.resume_ack.clone() {
+            let ordered = if ack == last {
+                Some(Ordering::Equal)
+            } else {
+                order_ids(ix, opts, &ack, &last)
+            };
+            let reason = match ordered {
+                Some(Ordering::Equal) => Some((
+                    Verdict::Correct,
+                    "the server's resume acknowledgment names Last-Event-ID as its resume point",
+                )),
+                Some(Ordering::Less) => Some((
+                    Verdict::Replayed,
+                    "the server's resume acknowledgment names a point before Last-Event-ID: \
+                     events were sent again",
+                )),
+                Some(Ordering::Greater) => Some((
+                    Verdict::GapSkipped,
+                    "the server's resume acknowledgment names a point past Last-Event-ID: \
+                     events were lost",
+                )),
+                None => None,
+            };
+            if let Some((v, reason)) = reason {
+                r.decision = Decision {
+                    verdict: v,
+                    reason,
+                    lost: None,
+                    replayed_count: None,
+                };
+            }
+            r.forensic.evidence = Some(Evidence {
+                how: EvidenceKind::ResumeAck,
+                detail: format!(
+                    "an `event: resume` frame names {ack:?} as the resume point; Last-Event-ID \
+                     was {last:?}"
+                ),
+                id: None,
+                shape: None,
+                last_seq: None,
+                first_seq: None,
+                ack: Some(ack),
+                count: None,
+                cites: vec![cite(x, "resume_ack", at)],
+            });
+        }
+    }
+    // Re-delivery backs any replay verdict, and is worth showing whatever decided it.
+    if r.forensic.evidence.is_none() {
+        if let Some(rd) = &id_redelivery {
+            r.forensic.evidence = Some(id_evidence(rd));
+        } else if let Some(rd) = &content_redelivery {
+            r.forensic.evidence = Some(content_evidence(rd));
+        }
+    }
+
+    let session_id = x.session_id.clone();
+    let at_resume = resume_cite(r);
+    let finding = |kind, severity, detail: String, id: Option<String>, cites: Vec<Cite>| Finding {
+        kind,
+        severity,
+        session_id: session_id.clone(),
+        detail,
+        id,
+        other_session_id: None,
+        resume: Some(at_resume.clone()),
+        cites,
+    };
+    let mut findings = Vec::new();
+
+    // The client's cursor.
+    let cursor = audit_cursor(xs, ix, opts, xi, &r.last_event_id, req.frame, &links);
+    match cursor.status {
+        CursorStatus::Stale => findings.push(finding(
+            FindingKind::CursorStale,
+            Severity::Info,
+            cursor.detail.clone(),
+            cursor.last_delivered_id.clone(),
+            cursor.cites.clone(),
+        )),
+        CursorStatus::Ahead => findings.push(finding(
+            FindingKind::CursorAhead,
+            Severity::Warning,
+            cursor.detail.clone(),
+            Some(r.last_event_id.clone()),
+            cursor.cites.clone(),
+        )),
+        _ => {}
+    }
+    r.forensic.cursor = Some(cursor);
+
+    if let Some(s) = stream {
+        for d in s.dup_ids.iter().take(MAX_FINDINGS_PER_KIND) {
+            findings.push(finding(
+                FindingKind::DuplicateIdInStream,
+                Severity::Error,
+                format!(
+                    "the resumed stream carried id {} twice: frames {} and {}",
+                    d.text, d.first.frame, d.again.frame
+                ),
+                Some(d.text.clone()),
+                vec![
+                    cite(x, "first_delivery", d.first),
+                    cite(x, "delivered_again", d.again),
+                ],
+            ));
+        }
+    }
+    if let Some(rd) = &id_elsewhere {
+        let text = rd.again.text.as_deref().map(str::to_string);
+        findings.push(finding(
+            FindingKind::DuplicateDelivery,
+            Severity::Warning,
+            format!(
+                "the resumed stream re-sent {} id(s) already delivered on another stream of the \
+                 session, first {} (frame {}, again at frame {}); they are not at or before \
+                 Last-Event-ID on its stream, so the client may or may not have had them",
+                rd.count,
+                text.as_deref().unwrap_or("?"),
+                rd.earlier.1.mark.frame,
+                rd.again.mark.frame
+            ),
+            text,
+            vec![
+                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
+                cite(x, "delivered_again", rd.again.mark),
+            ],
+        ));
+    }
+    if let Some(mut leak) = cross_session(xs, ix, first_delivery, xi, &resumed_ids, req.frame) {
+        leak.resume = Some(at_resume.clone());
+        findings.push(leak);
+    }
+    symptoms(xs, ix, opts, xi, r, &mut findings);
+    r.forensic.findings = findings;
+}
+
+/// The text around `seq` inside `id` (the first place it occurs).
+fn around<'s>(id: &'s str, seq: &str) -> (&'s str, &'s str) {
+    match id.find(seq) {
+        Some(at) => (
+            id.get(..at).unwrap_or(""),
+            id.get(at + seq.len()..).unwrap_or(""),
+        ),
+        None => ("", ""),
+    }
+}
+
+fn content_name(kind: ContentKind) -> &'static str {
+    match kind {
+        ContentKind::Response => "a JSON-RPC response",
+        ContentKind::Request => "a request from the server",
+        ContentKind::Progress => "a progress notification",
+    }
+}
+
+/// The last id a stream delivered before `before`, with its text when the summary has it.
+fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<String>)> {
+    if let Some(l) = &s.last_id
+        && l.mark.frame < before
+    {
+        return Some((l.id_index, l.mark, Some(l.text.clone())));
+    }
+    s.id_facts
+        .iter()
+        .rev()
+        .find(|f| f.mark.frame < before)
+        .map(|f| (f.id_index, f.mark, f.text.as_deref().map(str::to_string)))
+}
+
+fn audit_cursor(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    opts: &Options,
+    xi: usize,
+    last_event_id: &str,
+    before: u64,
+    links: &[Link<'_>],
+) -> Cursor {
+    if let Some(link) = links.first()
+        && let Some(s) = stream_of(xs, link.x)
+    {
+        let from = cite(&xs[link.x], "last_event_id_delivered", link.fact.mark);
+        if let Some((index, mark, text)) = last_id_before(s, before)
+            && index > link.fact.id_index
+        {
+            let behind = index - link.fact.id_index;
+            return Cursor {
+                status: CursorStatus::Stale,
+                detail: format!(
+                    "Last-Event-ID was delivered at frame {}, but {behind} later id(s) were on \
+                     the wire on that stream before the resume (the last, {}, at frame {}): the \
+                     client did not keep them, or they never reached it",
+                    link.fact.mark.frame,
+                    text.as_deref().unwrap_or("?"),
+                    mark.frame
+                ),
+                last_delivered_id: text,
+                behind_by: Some(behind),
+                cites: vec![from, cite(&xs[link.x], "last_id_delivered", mark)],
+            };
+        }
+        return Cursor {
+            status: CursorStatus::Consistent,
+            detail: format!(
+                "Last-Event-ID is the last id delivered on its stream (frame {})",
+                link.fact.mark.frame
+            ),
+            last_delivered_id: Some(last_event_id.to_string()),
+            behind_by: Some(0),
+            cites: vec![from],
+        };
+    }
+    // Not seen delivered: compare with the highest comparable id the session was sent.
+    let mut best: Option<(String, Mark, usize)> = None;
+    let mut gaps = false;
+    for &j in ix.members {
+        if j == xi || xs[j].start().frame >= before {
+            continue;
+        }
+        let Some(s) = stream_of(xs, j) else { continue };
+        let candidate = match &s.max_int_id {
+            Some(m) if m.mark.frame < before && crate::session::is_integer_id(last_event_id) => {
+                Some((m.text.clone(), m.mark))
+            }
+            _ => last_id_before(s, before).and_then(|(_, m, t)| Some((t?, m))),
+        };
+        let Some((text, mark)) = candidate else {
+            continue;
+        };
+        if order_ids(ix, opts, last_event_id, &text).is_none() {
+            continue;
+        }
+        gaps |= s.gaps > 0;
+        let higher = match &best {
+            None => true,
+            Some((b, ..)) => order_ids(ix, opts, &text, b) == Some(Ordering::Greater),
+        };
+        if higher {
+            best = Some((text, mark, j));
+        }
+    }
+    let Some((text, mark, j)) = best else {
+        return Cursor {
+            status: CursorStatus::NotSeen,
+            detail: "the capture does not show Last-Event-ID delivered in this session".into(),
+            last_delivered_id: None,
+            behind_by: None,
+            cites: Vec::new(),
+        };
+    };
+    let c = vec![cite(&xs[j], "highest_id_delivered", mark)];
+    match order_ids(ix, opts, last_event_id, &text) {
+        Some(Ordering::Greater) if !gaps => Cursor {
+            status: CursorStatus::Ahead,
+            detail: format!(
+                "Last-Event-ID is past {text}, the highest comparable id the capture shows \
+                 delivered in the session (frame {}; no bytes missing on those streams): the \
+                 client sent a position it was never given, or the capture missed a stream",
+                mark.frame
+            ),
+            last_delivered_id: Some(text),
+            behind_by: None,
+            cites: c,
+        },
+        Some(Ordering::Less) => Cursor {
+            status: CursorStatus::Stale,
+            detail: format!(
+                "Last-Event-ID is before {text}, a later id delivered in the session (frame {})",
+                mark.frame
+            ),
+            last_delivered_id: Some(text),
+            behind_by: None,
+            cites: c,
+        },
+        _ => Cursor {
+            status: CursorStatus::NotSeen,
+            detail: format!(
+                "Last-Event-ID was not seen delivered; the highest comparable id is {text} \
+                 (frame {})",
+                mark.frame
+            ),
+            last_delivered_id: Some(text),
+            behind_by: None,
+            cites: c,
+        },
+    }
+}
+
+/// Ids of the resumed stream first delivered to another session. Only ids that cannot be
+/// shared by chance count: not integers, with a namespace key of at least
+/// [`idshape::MIN_DISTINCTIVE_KEY`] bytes that none of this session's own earlier ids had,
+/// and only when this session's own ids were seen (else its namespace is unknown).
+fn cross_session<'a>(
+    xs: &'a [ExchangeSummary],
+    ix: &SessionIndex<'a>,
+    first_delivery: &HashMap<u64, At<'a, IdFact>>,
+    xi: usize,
+    resumed_ids: &[&'a IdFact],
+    before: u64,
+) -> Option<Finding> {
+    let x = &xs[xi];
+    let own = x.session_id.as_deref()?;
+    let mut own_keys: HashSet<u64> = HashSet::new();
+    let mut own_ids = false;
+    for &j in ix.members {
+        if j == xi || xs[j].start().frame >= before {
+            continue;
+        }
+        if let Some(s) = stream_of(xs, j)
+            && s.ids > s.priming
+        {
+            own_ids = true;
+            own_keys.extend(s.keys.iter().copied());
+        }
+    }
+    if !own_ids {
+        return None;
+    }
+    let mut first: Option<(At<'a, IdFact>, &IdFact)> = None;
+    let mut count = 0u64;
+    for &f in resumed_ids {
+        let Some(&(a, fa)) = first_delivery.get(&f.hash) else {
+            continue;
+        };
+        let Some(other) = xs[a].session_id.as_deref() else {
+            continue;
+        };
+        let text = f.text.as_deref().unwrap_or("");
+        if other == own
+            || fa.mark.frame >= f.mark.frame
+            || crate::session::is_integer_id(text)
+            || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
+            || own_keys.contains(&f.key)
+        {
+            continue;
+        }
+        count += 1;
+        if first.is_none() {
+            first = Some(((a, fa), f));
+        }
+    }
+    let ((a, fa), f) = first?;
+    let other = xs[a].session_id.clone();
+    let text = f.text.as_deref().unwrap_or("?").to_string();
+    Some(Finding {
+        kind: FindingKind::CrossSessionLeak,
+        severity: Severity::Error,
+        session_id: x.session_id.clone(),
+        detail: format!(
+            "the resumed stream of session {own} delivered {count} id(s) first delivered to \
+             session {}: {text} went to that session at frame {} and to this one at frame {}",
+            other.as_deref().unwrap_or("?"),
+            fa.mark.frame,
+            f.mark.frame
+        ),
+        id: Some(text),
+        other_session_id: other,
+        resume: None,
+        cites: vec![
+            cite(&xs[a], "other_session_delivery", fa.mark),
+            cite(x, "delivered_again", f.mark),
+        ],
+    })
+}
+
+/// Progress that goes backwards or repeats, a response delivered twice, a `list_changed`
+/// delivered again: on the resumed stream, against what the session delivered before.
+fn symptoms(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    opts: &Options,
+    xi: usize,
+    r: &ResumeRecord,
+    findings: &mut Vec<Finding>,
+) {
+    let x = &xs[xi];
+    let Some(s) = x.stream.as_deref() else { return };
+    let make = |kind, severity, detail: String, id: Option<String>, cites: Vec<Cite>| Finding {
+        kind,
+        severity,
+        session_id: x.session_id.clone(),
+        detail,
+        id,
+        other_session_id: None,
+        resume: Some(resume_cite(r)),
+        cites,
+    };
+    let mut progress = 0;
+    for t in &s.progress {
+        if progress >= MAX_FINDINGS_PER_KIND {
+            break;
+        }
+        // The highest progress of this token the session saw before this stream's first.
+        let mut best: Option<(f64, Mark, usize)> = None;
+        for &j in ix.members {
+            if j == xi {
+                continue;
+            }
+            let Some(o) = stream_of(xs, j) else { continue };
+            for u in o.progress.iter().filter(|u| u.token == t.token) {
+                for p in [u.first, u.max, u.last] {
+                    if p.mark.frame < t.first.mark.frame && best.is_none_or(|b| p.value > b.0) {
+                        best = Some((p.value, p.mark, j));
+                    }
+                }
+            }
+        }
+        let step = match best {
+            Some((v, m, j)) if t.first.value <= v => {
+                Some((v, cite(&xs[j], "earlier_progress", m), t.first))
+            }
+            _ => t
+                .regressed
+                .map(|(b, a)| (b.value, cite(x, "earlier_progress", b.mark), a)),
+        };
+        if let Some((before, c, after)) = step {
+            let how = if after.value == before {
+                "repeated"
+            } else {
+                "went backwards"
+            };
+            findings.push(make(
+                FindingKind::ProgressRegressed,
+                Severity::Warning,
+                format!(
+                    "progress for token {} {how} after the resume: {before} (frame {}), then {} \
+                     (frame {}); a client accumulating progress is now wrong",
+                    t.token_text, c.mark.frame, after.value, after.mark.frame
+                ),
+                None,
+                vec![c, cite(x, "progress_again", after.mark)],
+            ));
+            progress += 1;
+        }
+    }
+    let mut dups = 0;
+    let mut seen_rpc: HashSet<u64> = HashSet::new();
+    for c in s.content.iter() {
+        if dups >= MAX_FINDINGS_PER_KIND {
+            break;
+        }
+        let (ContentKind::Response, Some(rpc)) = (c.kind, c.rpc_id) else {
+            continue;
+        };
+        if !seen_rpc.insert(rpc) {
+            continue;
+        }
+        let earlier = ix.rpc.get(&rpc).and_then(|v| {
+            v.iter()
+                .find(|(j, e)| e.mark.frame < c.mark.frame && (*j != xi || e.event < c.event))
+        });
+        if let Some(&(j, e)) = earlier {
+            let same = e.hash == c.hash;
+            findings.push(make(
+                FindingKind::DuplicateResponse,
+                Severity::Error,
+                format!(
+                    "the response to one request was delivered twice: frame {} and, after the \
+                     resume, frame {}{}",
+                    e.mark.frame,
+                    c.mark.frame,
+                    if same {
+                        " (identical content)"
+                    } else {
+                        " (different content: the client may have reused the request id)"
+                    }
+                ),
+                None,
+                vec![
+                    cite(&xs[j], "first_delivery", e.mark),
+                    cite(x, "delivered_again", c.mark),
+                ],
+            ));
+            dups += 1;
+        }
+    }
+    for lc in s.list_changed.iter().take(MAX_FINDINGS_PER_KIND) {
+        let Some((hash, text)) = &lc.event_id else {
+            continue;
+        };
+        let earlier = ix.ids.get(hash).and_then(|v| {
+            v.iter()
+                .find(|(j, f)| *j != xi && f.mark.frame < lc.mark.frame)
+        });
+        let detail = match earlier {
+            Some(&(j, f)) => Some((
+                format!(
+                    "{} (id {text}) was delivered at frame {} and again after the resume at \
+                     frame {}: the client re-lists and re-applies a change it already had",
+                    lc.method, f.mark.frame, lc.mark.frame
+                ),
+                vec![
+                    cite(&xs[j], "first_delivery", f.mark),
+                    cite(x, "delivered_again", lc.mark),
+                ],
+            )),
+            None => match order_ids(ix, opts, text, &r.last_event_id) {
+                Some(Ordering::Less | Ordering::Equal) => Some((
+                    format!(
+                        "{} (id {text}, at or before Last-Event-ID {}) was delivered again after \
+                         the resume at frame {}",
+                        lc.method, r.last_event_id, lc.mark.frame
+                    ),
+                    vec![cite(x, "delivered_again", lc.mark)],
+                )),
+                _ => None,
+            },
+        };
+        if let Some((detail, cites)) = detail {
+            findings.push(make(
+                FindingKind::ListChangedAgain,
+                Severity::Warning,
+                detail,
+                Some(text.clone()),
+                cites,
+            ));
+        }
+    }
+}
+
+/// Reconnects without `Last-Event-ID`: a GET in a session whose earlier GET stream carried
+/// ids (or was itself a resume), once that stream is over.
+fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Finding>) {
+    // The latest earlier GET stream that gave the client a cursor: (index, id, mark).
+    let mut cursor: Option<(usize, Option<String>, Mark)> = None;
+    for &i in ix.members {
+        let x = &xs[i];
+        if x.method.as_deref() != Some("GET") {
+            continue;
+        }
+        let Some(req) = x.request else { continue };
+        if x.last_event_id.is_none()
+            && let Some((j, id, mark)) = &cursor
+        {
+            let prev = &xs[*j];
+            let over = prev.end.is_some_and(|(_, m)| m.frame < req.frame);
+            if over {
+                let detail = match id {
+                    Some(id) => format!(
+                        "the client reconnected (frame {}) without Last-Event-ID although the \
+                         earlier stream delivered id {id} (frame {}): what the server sent after \
+                         it cannot be resumed, and a client that restarts instead loses it",
+                        req.frame, mark.frame
+                    ),
+                    None => format!(
+                        "the client reconnected (frame {}) without Last-Event-ID although it \
+                         had resumed with one before (frame {})",
+                        req.frame, mark.frame
+                    ),
+                };
+                out.push(Finding {
+                    kind: FindingKind::CursorLost,
+                    severity: Severity::Warning,
+                    session_id: x.session_id.clone(),
+                    detail,
+                    id: id.clone(),
+                    other_session_id: None,
+                    resume: None,
+                    cites: vec![
+                        cite(x, "reconnect_request", req),
+                        cite(prev, "earlier_cursor", *mark),
+                    ],
+                });
+            }
+        }
+        let delivered = x
+            .stream
+            .as_deref()
+            .and_then(|s| s.last_id.as_ref())
+            .map(|l| (Some(l.text.clone()), l.mark));
+        cursor = match (delivered, &x.last_event_id) {
+            (Some((id, mark)), _) => Some((i, id, mark)),
+            (None, Some(l)) => Some((i, Some(l.clone()), req)),
+            (None, None) => cursor,
+        };
+    }
+}
+
+/// The same response (same id, same content) delivered twice where no resume is involved.
+fn loose_duplicate_responses(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let mut groups: Vec<&Vec<At<'_, ContentFact>>> =
+        ix.rpc.values().filter(|v| v.len() > 1).collect();
+    groups.sort_by_key(|v| v.first().map(|(_, c)| c.mark.frame));
+    for v in groups.into_iter().take(MAX_FINDINGS_PER_KIND) {
+        let mut sorted: Vec<At<'_, ContentFact>> = v.clone();
+        sorted.sort_by_key(|(j, c)| (c.mark.frame, *j, c.event));
+        let Some(&(j0, c0)) = sorted.first() else {
+            continue;
+        };
+        let again = sorted.iter().skip(1).find(|(j, c)| {
+            c.hash == c0.hash && xs.get(*j).is_some_and(|x| x.last_event_id.is_none())
+        });
+        if let Some(&(j1, c1)) = again {
+            out.push(Finding {
+                kind: FindingKind::DuplicateResponse,
+                severity: Severity::Error,
+                session_id: xs[j1].session_id.clone(),
+                detail: format!(
+                    "the same response (same id, identical content) was delivered twice: frames \
+                     {} and {}",
+                    c0.mark.frame, c1.mark.frame
+                ),
+                id: None,
+                other_session_id: None,
+                resume: None,
+                cites: vec![
+                    cite(&xs[j0], "first_delivery", c0.mark),
+                    cite(&xs[j1], "delivered_again", c1.mark),
+                ],
+            });
+        }
+    }
+}
+
+fn view(
+    sid: &str,
+    xs: &[ExchangeSummary],
+    members: &[usize],
+    resumes: &[ResumeRecord],
+    resume_of: &HashMap<JoinKey, usize>,
+    findings: Vec<Finding>,
+) -> SessionView {
+    let mut versions: Vec<String> = members
+        .iter()
+        .filter_map(|&i| xs[i].protocol_version.clone())
+        .collect();
+    versions.sort();
+    versions.dedup();
+    let first = members.first().map(|&i| xs[i].start()).unwrap_or_default();
+    let last = members
+        .iter()
+        .map(|&i| {
+            let x = &xs[i];
+            x.end.map(|(_, m)| m).or(x.response).unwrap_or(x.start())
+        })
+        .max_by_key(|m| m.frame)
+        .unwrap_or(first);
+    let exchanges = members
+        .iter()
+        .take(MAX_VIEW_EXCHANGES)
+        .map(|&i| {
+            let mut x = xs[i].clone();
+            // The view shows counts and ends, not the facts behind the checks.
+            if let Some(s) = x.stream.as_deref_mut() {
+                s.id_facts = Default::default();
+                s.content = Default::default();
+            }
+            x
+        })
+        .collect();
+    let resumes = members
+        .iter()
+        .filter_map(|&i| join_of_summary(&xs[i]).and_then(|k| resume_of.get(&k)))
+        .filter_map(|&ri| resumes.get(ri))
+        .map(|r| ResumeView {
+            request: resume_cite(r),
+            verdict: r.decision.verdict,
+            last_event_id: r.last_event_id.clone(),
+            first_event_id: r.first_event_id.clone(),
+            id_shape: r.forensic.id_shape.clone(),
+            cursor: r.forensic.cursor.as_ref().map(|c| c.status),
+        })
+        .collect();
+    SessionView {
+        session_id: sid.to_string(),
+        protocol_versions: versions,
+        first,
+        last,
+        exchanges,
+        exchanges_omitted: members.len().saturating_sub(MAX_VIEW_EXCHANGES) as u64,
+        resumes,
+        findings,
+    }
+}
