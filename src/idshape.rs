@@ -108,7 +108,8 @@ pub fn cmp_decimal(a: &str, b: &str) -> Option<Ordering> {
 
 /// A user's description of the ids (`--id-pattern`): a regular expression that must match a
 /// whole id, with a named group `seq` (the counter) and optionally `stream` (what names the
-/// stream). Without `stream`, everything outside `seq` must be equal for two ids to compare.
+/// stream). With `stream`, two ids compare only when their streams are equal; without it, any
+/// two ids the pattern matches compare (the user says they share one counter).
 #[derive(Clone, Debug)]
 pub struct IdPattern {
     source: String,
@@ -146,19 +147,29 @@ impl IdPattern {
         &self.source
     }
 
-    /// The counter and the stream key of `id`, when the pattern matches it and `seq` is a
-    /// decimal. The key is the `stream` group, or else the id without its counter.
-    pub fn parse<'a>(&self, id: &'a str) -> Option<(&'a str, String)> {
+    /// The counter and the stream of `id`, when the pattern matches it and `seq` is a
+    /// decimal (the stream is empty when the pattern has no `stream` group).
+    pub fn parse<'a>(&self, id: &'a str) -> Option<(&'a str, &'a str)> {
         let caps = self.re.captures(id)?;
         let seq = caps.name("seq")?;
         DecimalId::parse(seq.as_str())?;
-        let key = if self.has_stream {
-            caps.name("stream").map_or("", |m| m.as_str()).to_string()
+        let stream = if self.has_stream {
+            caps.name("stream").map_or("", |m| m.as_str())
         } else {
-            let (a, b) = (id.get(..seq.start())?, id.get(seq.end()..)?);
-            format!("{a}\u{0}{b}")
+            ""
         };
-        Some((seq.as_str(), key))
+        Some((seq.as_str(), stream))
+    }
+
+    /// `id` cut around the counter the pattern finds in it.
+    pub fn split<'a>(&self, id: &'a str) -> Option<Split<'a>> {
+        let caps = self.re.captures(id)?;
+        let seq = caps.name("seq")?;
+        Some(Split {
+            prefix: id.get(..seq.start())?,
+            seq: seq.as_str(),
+            suffix: id.get(seq.end()..)?,
+        })
     }
 
     /// The counters of two ids of one stream, when both match and name the same stream.
@@ -329,10 +340,11 @@ mod tests {
         let p = IdPattern::new(r"e(?P<seq>\d+)\.(?:[0-9a-f]+)").unwrap();
         assert_eq!(p.pair("e4.ff", "e5.ff"), Some(("4", "5")));
         assert_eq!(
-            p.pair("e4.ff", "e5.fe"),
-            None,
-            "rest must be equal without stream"
+            p.pair("e4.ff", "e5.0e"),
+            Some(("4", "5")),
+            "no stream: one counter"
         );
+        assert_eq!(p.pair("e4.ff", "x5.0e"), None);
         let p = IdPattern::new(r"(?P<seq>[0-9a-z]+)").unwrap();
         assert_eq!(p.pair("12", "1a"), None, "seq must be decimal");
     }

@@ -246,13 +246,14 @@ fn join_of_summary(x: &ExchangeSummary) -> Option<JoinKey> {
     ))
 }
 
+/// A frame of exchange `x`; the session is named only where it is not the finding's own.
 fn cite(x: &ExchangeSummary, role: &'static str, mark: Mark) -> Cite {
     Cite {
         role,
         mark,
         tcp_stream: x.connection.tcp_stream,
         har: x.connection.har_entry.is_some(),
-        session_id: x.session_id.clone(),
+        session_id: None,
     }
 }
 
@@ -262,7 +263,7 @@ fn resume_cite(r: &ResumeRecord) -> Cite {
         mark: r.request,
         tcp_stream: r.connection.tcp_stream,
         har: r.connection.har_entry.is_some(),
-        session_id: r.session_id.clone(),
+        session_id: None,
     }
 }
 
@@ -750,7 +751,11 @@ fn audit_resume<'a>(
             .as_ref()
             .and_then(|p| p.pair(&last, first).map(|(a, b)| (p.source(), a, b)));
         if let Some((source, a, b)) = pattern {
-            let (pre, suf) = around(&last, a);
+            let (pre, suf) = opts
+                .id_pattern
+                .as_ref()
+                .and_then(|p| p.split(&last))
+                .map_or(("", ""), |sp| (sp.prefix, sp.suffix));
             r.decision = decide_structured(a, b, pre, suf);
             r.forensic.id_shape = Some(source.to_string());
             r.forensic.evidence = Some(Evidence {
@@ -943,19 +948,8 @@ fn audit_resume<'a>(
         leak.resume = Some(at_resume.clone());
         findings.push(leak);
     }
-    symptoms(xs, ix, opts, xi, r, &mut findings);
+    symptoms(xs, ix, opts, xi, r, &links, &mut findings);
     r.forensic.findings = findings;
-}
-
-/// The text around `seq` inside `id` (the first place it occurs).
-fn around<'s>(id: &'s str, seq: &str) -> (&'s str, &'s str) {
-    match id.find(seq) {
-        Some(at) => (
-            id.get(..at).unwrap_or(""),
-            id.get(at + seq.len()..).unwrap_or(""),
-        ),
-        None => ("", ""),
-    }
 }
 
 fn content_name(kind: ContentKind) -> &'static str {
@@ -1167,10 +1161,13 @@ fn cross_session<'a>(
             f.mark.frame
         ),
         id: Some(text),
-        other_session_id: other,
+        other_session_id: other.clone(),
         resume: None,
         cites: vec![
-            cite(&xs[a], "other_session_delivery", fa.mark),
+            Cite {
+                session_id: other.clone(),
+                ..cite(&xs[a], "other_session_delivery", fa.mark)
+            },
             cite(x, "delivered_again", f.mark),
         ],
     })
@@ -1184,6 +1181,7 @@ fn symptoms(
     opts: &Options,
     xi: usize,
     r: &ResumeRecord,
+    links: &[Link<'_>],
     findings: &mut Vec<Finding>,
 ) {
     let x = &xs[xi];
@@ -1291,12 +1289,18 @@ fn symptoms(
         let Some((hash, text)) = &lc.event_id else {
             continue;
         };
-        let earlier = ix.ids.get(hash).and_then(|v| {
-            v.iter()
-                .find(|(j, f)| *j != xi && f.mark.frame < lc.mark.frame)
+        // The same id earlier: on the client's own stream at or before its cursor, or, for
+        // ids that are unique in a session (not integers), anywhere else.
+        let d = ix.ids.get(hash);
+        let earlier = acknowledged(d, links, lc.mark.frame).or_else(|| {
+            if crate::session::is_integer_id(text) {
+                None
+            } else {
+                elsewhere(d, links, xi, lc.mark.frame)
+            }
         });
         let detail = match earlier {
-            Some(&(j, f)) => Some((
+            Some((j, f)) => Some((
                 format!(
                     "{} (id {text}) was delivered at frame {} and again after the resume at \
                      frame {}: the client re-lists and re-applies a change it already had",

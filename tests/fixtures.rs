@@ -42,6 +42,8 @@ fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
 
 pub struct Run {
     pub resumes: Vec<Value>,
+    /// `{"type":"finding"}` lines: findings of the session stage tied to no resume.
+    pub findings: Vec<Value>,
     pub summary: Value,
     pub code: i32,
     pub stderr: String,
@@ -56,9 +58,15 @@ pub fn run(args: &[&str]) -> Run {
         .collect();
     let summary = lines.pop().expect("a summary line");
     assert_eq!(summary["type"], "summary");
-    assert!(lines.iter().all(|l| l["type"] == "resume"));
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["type"] == "resume" || l["type"] == "finding")
+    );
+    let (resumes, findings) = lines.into_iter().partition(|l| l["type"] == "resume");
     Run {
-        resumes: lines,
+        resumes,
+        findings,
         summary,
         code: out.status.code().unwrap_or(-1),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -106,7 +114,13 @@ fn every_fixture_gives_its_expected_report() {
                 }
             }
         }
-        let any_finding = got.resumes.iter().any(|r| r["verdict"] != "correct");
+        let error = |f: &Value| f["severity"] == "error";
+        let any_finding = got.resumes.iter().any(|r| {
+            r["verdict"] != "correct"
+                || r["findings"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(error))
+        }) || got.findings.iter().any(error);
         let want_code = if any_finding { 1 } else { 0 };
         if got.code != want_code {
             failures.push(format!(
