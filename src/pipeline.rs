@@ -407,8 +407,12 @@ impl Shard {
             gaps: &mut c.gaps,
         };
         c.tcp.segment(m.dir, &seg, &mut bridge);
-        if c.tcp.is_closed() || (c.http.is_abandoned() && (m.flags.rst || m.flags.fin)) {
+        if c.tcp.is_closed() {
             self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
+        } else if c.http.is_abandoned() {
+            // Not HTTP (or no longer): its state goes now, and its later packets find no
+            // connection, so they cost one lookup each.
+            self.close(m.stream, StreamEnd::Abandoned, m.mark);
         }
     }
 
