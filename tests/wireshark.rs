@@ -4,6 +4,8 @@
 //!
 //! tshark is required under CI (`.ci/run` installs it); elsewhere the test says it was skipped.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,30 +20,16 @@ fn tshark_available() -> bool {
 }
 
 fn captures() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let mut found = Vec::new();
-    let mut dirs = vec![root];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                // Damaged captures are for the reader's error paths, not for stream numbering.
-                if !p.ends_with("malformed") {
-                    dirs.push(p);
-                }
-            } else if matches!(
+    common::fixture_files(
+        |p| {
+            matches!(
                 p.extension().and_then(|e| e.to_str()),
                 Some("pcap" | "pcapng")
-            ) {
-                found.push(p);
-            }
-        }
-    }
-    found.sort();
-    found
+            )
+        },
+        // Damaged captures are for the reader's error paths, not for stream numbering.
+        |p| !p.ends_with("malformed"),
+    )
 }
 
 /// frame number → tcp.stream, as tshark numbers them.
