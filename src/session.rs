@@ -26,7 +26,7 @@ use crate::record::{
 };
 use crate::sessions::Forensics;
 use crate::sse::{SseEvent, SseParser};
-use crate::verdict::{self, DecimalId, Decision, ResponseFacts, StreamOutcome, Verdict};
+use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
 
 /// Id facts kept from the start of each stream (replay from zero re-sends these).
 pub const FACTS_HEAD: usize = 64;
@@ -426,15 +426,19 @@ impl ExchangeTracker {
                 if let Some(stream) = ex.stream.as_mut() {
                     stream.parser.finish(mark);
                 }
-                let closed_on_wire =
-                    server_end.is_some_and(StreamEnd::seen_on_wire) && !server_gaps;
-                self.complete(id, ex, closed_on_wire, mark);
+                let no_answer = match server_end {
+                    _ if server_gaps => NoAnswer::NotCaptured,
+                    Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
+                    Some(StreamEnd::PeerRst) => NoAnswer::ClientAborted,
+                    _ => NoAnswer::NotCaptured,
+                };
+                self.complete(id, ex, no_answer, mark);
             }
         }
     }
 
     /// An exchange is over: its summary is kept, and a resume is decided.
-    fn complete(&mut self, exchange: u32, ex: OpenExchange, closed_on_wire: bool, mark: Mark) {
+    fn complete(&mut self, exchange: u32, ex: OpenExchange, no_answer: NoAnswer, mark: Mark) {
         let OpenExchange {
             request,
             response,
@@ -473,7 +477,7 @@ impl ExchangeTracker {
                 end,
                 last_event_id,
                 session_id.clone(),
-                closed_on_wire,
+                no_answer,
                 mark,
             );
         }
@@ -513,12 +517,12 @@ impl ExchangeTracker {
         end: Option<(BodyEnd, Mark)>,
         last_event_id: String,
         session_id: Option<String>,
-        closed_on_wire: bool,
+        no_answer: NoAnswer,
         mark: Mark,
     ) {
         let stream_end = end.map(|(how, _)| how);
         let facts = match response {
-            None => ResponseFacts::Missing { closed_on_wire },
+            None => ResponseFacts::Missing(no_answer),
             Some(resp) => ResponseFacts::Answered {
                 status: resp.status,
                 event_stream: resp.is_event_stream(),
@@ -563,11 +567,13 @@ impl ExchangeTracker {
         let last_proof = first_mark
             .or(end.map(|(_, m)| m))
             .or(response.map(|r| r.complete))
-            .unwrap_or(if response.is_none() && closed_on_wire {
-                mark
-            } else {
-                request.complete
-            });
+            .unwrap_or(
+                if response.is_none() && no_answer != NoAnswer::NotCaptured {
+                    mark
+                } else {
+                    request.complete
+                },
+            );
         self.resumes.push(ResumeRecord {
             session_id,
             decision,
@@ -610,6 +616,7 @@ impl ExchangeTracker {
 fn outcome_of(end: BodyEnd) -> StreamOutcome {
     match end {
         BodyEnd::Complete => StreamOutcome::EndedOnWire,
+        BodyEnd::Stream(StreamEnd::PeerRst) => StreamOutcome::ClientAborted,
         BodyEnd::Stream(how) if how.seen_on_wire() => StreamOutcome::EndedOnWire,
         BodyEnd::Stream(_) => StreamOutcome::NotSeenToEnd,
         BodyEnd::LostSync => StreamOutcome::LostSync,
@@ -944,7 +951,7 @@ impl HttpSink for ExchangeTracker {
             stream.parser.finish(mark);
         }
         ex.end = Some((how, mark));
-        self.complete(exchange, ex, false, mark);
+        self.complete(exchange, ex, NoAnswer::NotCaptured, mark);
     }
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
