@@ -95,6 +95,23 @@ pub fn observe_pair<'a>(prev: &'a str, next: &str) -> Option<PairObs<'a>> {
 
 /// `next == prev + 1` as decimals of any length.
 pub fn is_successor(prev: &str, next: &str) -> bool {
+    // The common case without allocating: both fit in 64 bits.
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty();
+    if digits(prev) && digits(next) {
+        let (p, n) = (prev.trim_start_matches('0'), next.trim_start_matches('0'));
+        if p.len() <= 19 && n.len() <= 19 {
+            let value = |s: &str| {
+                if s.is_empty() {
+                    Some(0)
+                } else {
+                    s.parse::<u64>().ok()
+                }
+            };
+            if let (Some(p), Some(n)) = (value(p), value(n)) {
+                return p.checked_add(1) == Some(n);
+            }
+        }
+    }
     matches!(
         crate::verdict::compare_ids(prev, next),
         Some(crate::verdict::IdOrder::Next)
@@ -263,14 +280,14 @@ pub fn namespace_key(id: &str) -> String {
 /// Hash and byte length of [`namespace_key`], computed without building it (this runs for
 /// every event id). Equal keys give equal hashes however the digits split them.
 pub fn namespace_key_hash(id: &[u8]) -> (u64, usize) {
-    use std::hash::Hasher;
-    let mut h = std::hash::DefaultHasher::new();
+    // FNV-1a over the bytes that are not digits: ids are short, and this needs no buffer.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut n = 0;
-    for part in id.split(u8::is_ascii_digit) {
-        h.write(part);
-        n += part.len();
+    for &b in id.iter().filter(|b| !b.is_ascii_digit()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        n += 1;
     }
-    (h.finish(), n)
+    (h, n)
 }
 
 /// Bytes of the namespace key an id needs before its reappearance in another session can be
@@ -367,6 +384,23 @@ mod tests {
             "é{stream}_{seq}"
         );
         assert_eq!(display_shape(&[("aé", ""), ("bé", "")]), "{stream}é{seq}");
+    }
+
+    #[test]
+    fn successors_of_any_length() {
+        for (a, b, want) in [
+            ("9", "10", true),
+            ("0009", "10", true),
+            ("0", "1", true),
+            ("1", "1", false),
+            ("2", "1", false),
+            ("18446744073709551615", "18446744073709551616", true),
+            ("9999999999999999999", "10000000000000000000", true),
+            ("99999999999999999999999", "100000000000000000000000", true),
+            ("x", "1", false),
+        ] {
+            assert_eq!(is_successor(a, b), want, "{a} {b}");
+        }
     }
 
     #[test]

@@ -1,26 +1,20 @@
 //! The few JSON-RPC facts the session checks need, read from SSE event data.
 //!
-//! Input: the kept prefix of one event's data (possibly cut), its event type, request
-//! targets and `endpoint` event data.
+//! Input: the kept prefix of one event's data (possibly cut), request targets and
+//! `endpoint` event data.
 //! Output: an [`RpcFact`] (a response or server request with its raw `id`, a progress
 //! notification with its token and value, a `list_changed` notification, or nothing of
 //! interest), the session named in a URL query, and the resume point of an `event: resume`
 //! acknowledgment.
-//! Invariants: no allocation and no full parse on the common path: memmem pre-filters decide
-//! whether the data can hold a fact at all, then one pass over the top level of the object
-//! borrows the raw values it needs (nested values are skipped, strings are jumped with
-//! memchr). A value cut by the end of the kept prefix is never reported; malformed JSON gives
-//! `RpcFact::Other`, never an error.
+//! Invariants: no allocation and no full parse. A cheap pre-filter (the data must open an
+//! object) comes first; then one pass over the top level of the object borrows the raw values
+//! it needs and stops at the first member that decides, which for the usual
+//! `{"jsonrpc":"2.0","id":..,"result":..}` or `{"jsonrpc":"2.0","method":"notifications/..`
+//! is within the first few dozen bytes. Nested values are skipped with strings jumped by
+//! memchr; no serde parse runs on this path. A value cut by the end of the kept prefix is
+//! never reported; malformed JSON gives `RpcFact::Other`, never an error.
 
-use std::sync::LazyLock;
-
-use memchr::memmem::Finder;
 use memchr::{memchr, memchr2};
-
-static ID_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"id\""));
-static PROGRESS: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"notifications/progress"));
-static LIST_CHANGED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"list_changed"));
 
 /// What an event's data is, as far as the session checks care.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,7 +39,7 @@ pub enum RpcFact<'a> {
     Other,
 }
 
-/// The top-level members of an object the checks look at, as raw JSON values.
+/// The top-level members of a message the checks look at, as raw JSON values.
 #[derive(Default, Debug)]
 struct TopLevel<'a> {
     id: Option<&'a [u8]>,
@@ -54,8 +48,6 @@ struct TopLevel<'a> {
     has_result: bool,
     has_error: bool,
     params: Option<&'a [u8]>,
-    progress_token: Option<&'a [u8]>,
-    progress: Option<&'a [u8]>,
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -71,6 +63,14 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// Index just past the string starting at `i` (which holds the opening quote).
 fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
+    // Keys and short values end within a few bytes: look there before calling memchr.
+    for _ in 0..24 {
+        match *b.get(j)? {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
     loop {
         let rest = b.get(j..)?;
         let at = memchr2(b'"', b'\\', rest)?;
@@ -123,37 +123,73 @@ fn skip_value(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// Walks the members of the object at the start of `b`, calling `member(key, raw value)`.
-/// Stops quietly at the first thing that is not JSON or at the end of the data.
-fn members<'a>(b: &'a [u8], mut member: impl FnMut(&'a [u8], &'a [u8])) {
-    let mut i = skip_ws(b, 0);
-    if b.get(i) != Some(&b'{') {
-        return;
+/// The members of the object at the start of some bytes, one at a time: `next_key` reads a
+/// key and its colon; `value` then reads the raw value, or the next `next_key` skips it.
+/// Anything that is not JSON, or the end of the data, ends the walk quietly.
+struct Members<'a> {
+    b: &'a [u8],
+    i: usize,
+    /// A key was read and its value not yet.
+    pending: bool,
+    done: bool,
+}
+
+impl<'a> Members<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        let i = skip_ws(b, 0);
+        Members {
+            b,
+            i: i + 1,
+            pending: false,
+            done: b.get(i) != Some(&b'{'),
+        }
     }
-    i += 1;
-    loop {
-        i = skip_ws(b, i);
-        if b.get(i) != Some(&b'"') {
-            return;
+
+    fn next_key(&mut self) -> Option<&'a [u8]> {
+        if self.pending {
+            self.value()?;
         }
-        let Some(key_end) = skip_string(b, i) else {
-            return;
+        if self.done {
+            return None;
+        }
+        let b = self.b;
+        let i = skip_ws(b, self.i);
+        let key = if b.get(i) == Some(&b'"') {
+            skip_string(b, i)
+        } else {
+            None
         };
-        let key = &b[i + 1..key_end - 1];
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return;
+        let colon = key.map(|end| skip_ws(b, end));
+        match (key, colon) {
+            (Some(end), Some(colon)) if b.get(colon) == Some(&b':') => {
+                self.i = skip_ws(b, colon + 1);
+                self.pending = true;
+                b.get(i + 1..end - 1)
+            }
+            _ => {
+                self.done = true;
+                None
+            }
         }
-        i = skip_ws(b, i + 1);
-        let Some(end) = skip_value(b, i) else {
-            return;
+    }
+
+    fn value(&mut self) -> Option<&'a [u8]> {
+        if !self.pending || self.done {
+            return None;
+        }
+        self.pending = false;
+        let b = self.b;
+        let start = self.i;
+        let Some(end) = skip_value(b, start) else {
+            self.done = true;
+            return None;
         };
-        member(key, &b[i..end]);
-        i = skip_ws(b, end);
-        match b.get(i) {
-            Some(b',') => i += 1,
-            _ => return,
+        let after = skip_ws(b, end);
+        match b.get(after) {
+            Some(b',') => self.i = after + 1,
+            _ => self.done = true,
         }
+        b.get(start..end)
     }
 }
 
@@ -161,26 +197,54 @@ fn string_body(raw: &[u8]) -> Option<&[u8]> {
     raw.strip_prefix(b"\"")?.strip_suffix(b"\"")
 }
 
+const PROGRESS_METHOD: &[u8] = b"notifications/progress";
+
+/// Reads the top level of a message, stopping as soon as what it is is known.
 fn top_level(data: &[u8]) -> TopLevel<'_> {
     let mut t = TopLevel::default();
-    members(data, |k, v| match k {
-        b"id" => t.id = Some(v),
-        b"method" => t.method = string_body(v),
-        b"result" => t.has_result = true,
-        b"error" => t.has_error = true,
-        b"params" => t.params = Some(v),
-        _ => {}
-    });
+    let mut m = Members::new(data);
+    while let Some(k) = m.next_key() {
+        match k {
+            b"id" => {
+                t.id = m.value();
+                if t.has_result || t.has_error || t.method.is_some() {
+                    break;
+                }
+            }
+            b"result" | b"error" => {
+                t.has_result |= k == b"result";
+                t.has_error |= k == b"error";
+                if t.id.is_some() {
+                    break;
+                }
+            }
+            b"method" => {
+                t.method = m.value().and_then(string_body);
+                match t.method {
+                    Some(PROGRESS_METHOD) if t.params.is_some() => break,
+                    Some(PROGRESS_METHOD) => {}
+                    // A notification has no id, and only progress needs its params.
+                    Some(method) if method.starts_with(b"notifications/") => break,
+                    Some(_) if t.id.is_some() => break,
+                    _ => {}
+                }
+            }
+            b"params" => {
+                t.params = m.value();
+                if t.method == Some(PROGRESS_METHOD) {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
     t
 }
 
 /// Reads what an event's data says. `data` is the kept prefix of the data buffer.
 pub fn classify(data: &[u8]) -> RpcFact<'_> {
-    // The pre-filters: a message that can matter names one of these somewhere.
-    if ID_KEY.find(data).is_none()
-        && PROGRESS.find(data).is_none()
-        && LIST_CHANGED.find(data).is_none()
-    {
+    // Pre-filter: only an object can be a JSON-RPC message.
+    if data.get(skip_ws(data, 0)) != Some(&b'{') {
         return RpcFact::Other;
     }
     let t = top_level(data);
@@ -196,17 +260,23 @@ pub fn classify(data: &[u8]) -> RpcFact<'_> {
     let Some(method) = t.method else {
         return RpcFact::Other;
     };
-    if method == b"notifications/progress" {
+    if method == PROGRESS_METHOD {
         let Some(params) = t.params else {
             return RpcFact::Other;
         };
-        let mut p = TopLevel::default();
-        members(params, |k, v| match k {
-            b"progressToken" => p.progress_token = Some(v),
-            b"progress" => p.progress = Some(v),
-            _ => {}
-        });
-        let (Some(token), Some(value)) = (p.progress_token, p.progress) else {
+        let (mut token, mut value) = (None, None);
+        let mut m = Members::new(params);
+        while let Some(k) = m.next_key() {
+            match k {
+                b"progressToken" => token = m.value(),
+                b"progress" => value = m.value(),
+                _ => {}
+            }
+            if token.is_some() && value.is_some() {
+                break;
+            }
+        }
+        let (Some(token), Some(value)) = (token, value) else {
             return RpcFact::Other;
         };
         let Some(progress) = std::str::from_utf8(value)
@@ -263,22 +333,18 @@ pub fn resume_point(data: &[u8]) -> Option<String> {
     match trimmed.first() {
         Some(b'"') => serde_json::from_slice::<String>(trimmed).ok(),
         Some(b'{') => {
-            let mut found = None;
-            members(trimmed, |k, v| {
-                if found.is_none()
-                    && matches!(
-                        k,
-                        b"lastEventId"
-                            | b"last_event_id"
-                            | b"resumeFrom"
-                            | b"resume_from"
-                            | b"after"
-                    )
-                {
-                    found = serde_json::from_slice::<String>(v).ok();
+            let mut m = Members::new(trimmed);
+            while let Some(k) = m.next_key() {
+                if matches!(
+                    k,
+                    b"lastEventId" | b"last_event_id" | b"resumeFrom" | b"resume_from" | b"after"
+                ) {
+                    return m
+                        .value()
+                        .and_then(|v| serde_json::from_slice::<String>(v).ok());
                 }
-            });
-            found
+            }
+            None
         }
         _ => {
             let text = std::str::from_utf8(trimmed).ok()?;

@@ -339,7 +339,7 @@ impl FlowTable {
 
 /// Connections of one input whose exchanges feed the session stage (by `tcp.stream` index, so
 /// the choice does not depend on threads); later ones are still decided, and counted.
-pub const MAX_AUDITED_CONNECTIONS: u64 = 1 << 18;
+pub const MAX_AUDITED_CONNECTIONS: u64 = 1 << 16;
 
 /// One followed connection.
 struct Conn {

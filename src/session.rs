@@ -29,11 +29,15 @@ use crate::sse::{SseEvent, SseParser};
 use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
 
 /// Id facts kept from the start of each stream (replay from zero re-sends these).
-pub const FACTS_HEAD: usize = 64;
+pub const FACTS_HEAD: usize = 32;
 /// Id facts kept from the end of each stream (a partial replay re-sends these).
-pub const FACTS_TAIL: usize = 64;
-/// Bytes of each event's data looked at for JSON-RPC facts and content hashes.
+pub const FACTS_TAIL: usize = 32;
+/// Bytes of each event's data looked at for JSON-RPC facts.
 pub const KEEP_DATA: usize = 16 << 10;
+/// Bytes from the start and from the end of an event's data that its content hash covers
+/// (with the data's length and what makes the event unique).
+pub const CONTENT_HEAD: usize = 256;
+pub const CONTENT_TAIL: usize = 64;
 /// Progress tokens followed per stream.
 pub const MAX_PROGRESS_TOKENS: usize = 8;
 /// `list_changed` notifications kept per stream.
@@ -51,7 +55,7 @@ pub const MAX_SEEN_IDS: usize = 4096;
 /// Characters of an id or target kept for display.
 pub const MAX_TEXT: usize = 256;
 /// Exchange summaries kept per connection; further exchanges are counted, not kept.
-pub const MAX_SUMMARIES_PER_CONNECTION: usize = 65_536;
+pub const MAX_SUMMARIES_PER_CONNECTION: usize = 4096;
 
 /// Where an exchange happened, as the report cites it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -307,14 +311,114 @@ impl ExchangeSummary {
     }
 }
 
-/// A 64-bit hash of bytes; stable within a build, never shown.
-pub fn fact_hash(parts: &[&[u8]]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    for p in parts {
-        h.write_usize(p.len());
-        h.write(p);
+const SEED0: u64 = 0xa076_1d64_78bd_642f;
+const SEED1: u64 = 0xe703_7ed1_a0b4_28db;
+
+/// The 128-bit product of two words, folded to 64 bits.
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Up to eight bytes as a little-endian word (missing bytes are zero), without a call to
+/// memcpy for short slices.
+#[inline]
+fn word(bytes: &[u8]) -> u64 {
+    if let Some(w) = bytes.first_chunk::<8>() {
+        return u64::from_le_bytes(*w);
     }
-    h.finish()
+    if let (Some(a), Some(b)) = (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
+        // Two overlapping reads cover 4 to 7 bytes; the length is hashed separately.
+        return u64::from(u32::from_le_bytes(*a)) | (u64::from(u32::from_le_bytes(*b)) << 32);
+    }
+    bytes
+        .iter()
+        .enumerate()
+        .fold(0, |w, (i, &b)| w | (u64::from(b) << (8 * i)))
+}
+
+/// A 64-bit hash of byte strings (their lengths included), sixteen bytes per multiply in
+/// four independent lanes: it runs over every event id and every distinctive event of a
+/// capture. Stable, never shown; only equality of hashes is used.
+pub fn fact_hash(parts: &[&[u8]]) -> u64 {
+    let mut h = SEED0;
+    for p in parts {
+        h = fold(h ^ p.len() as u64, SEED1);
+        let mut wide = p.chunks_exact(64);
+        if p.len() >= 64 {
+            let mut lane = [h, h ^ SEED1, h ^ SEED0, !h];
+            for b in &mut wide {
+                for (l, q) in lane.iter_mut().zip(b.chunks_exact(16)) {
+                    let (x, y) = q.split_at(8);
+                    *l = fold(word(x) ^ SEED0 ^ *l, word(y) ^ SEED1);
+                }
+            }
+            h = fold(lane[0] ^ lane[2], lane[1] ^ lane[3] ^ SEED1);
+        }
+        let mut blocks = wide.remainder().chunks_exact(16);
+        for b in &mut blocks {
+            let (x, y) = b.split_at(8);
+            h = fold(word(x) ^ SEED0 ^ h, word(y) ^ SEED1);
+        }
+        let rest = blocks.remainder();
+        if !rest.is_empty() {
+            // 1 to 15 bytes: the first and the last (up to) eight, overlapping.
+            let a = word(rest);
+            let b = if rest.len() > 8 {
+                word(&rest[rest.len() - 8..])
+            } else {
+                0
+            };
+            h = fold(a ^ SEED0 ^ h, b ^ SEED1 ^ rest.len() as u64);
+        }
+    }
+    fold(h ^ SEED1, SEED0)
+}
+
+/// A hasher for maps whose keys are already [`fact_hash`] values: it passes them through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fact_hash(&[bytes]);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A map keyed by [`fact_hash`] values.
+pub type FactMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PassThrough>>;
+
+/// Replaces `out` with `bytes` cut at [`MAX_TEXT`] characters, reusing its buffer.
+fn set_text(out: &mut String, bytes: &[u8]) {
+    out.clear();
+    match std::str::from_utf8(bytes) {
+        Ok(s) if s.len() <= MAX_TEXT => out.push_str(s),
+        _ => out.push_str(&cut_text(bytes)),
+    }
+}
+
+fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], mark: Mark, id_index: u64) {
+    match slot {
+        Some(seen) => {
+            set_text(&mut seen.text, id);
+            seen.mark = mark;
+            seen.id_index = id_index;
+        }
+        None => {
+            *slot = Some(IdSeen {
+                text: cut_text(id),
+                mark,
+                id_index,
+            })
+        }
+    }
 }
 
 fn cut_text(bytes: &[u8]) -> String {
@@ -337,7 +441,7 @@ struct ResumeFacts {
     gap_before_first_id: bool,
     priming_ack: Option<Mark>,
     /// Ids seen on this stream, to find duplicates (capped at [`MAX_SEEN_IDS`]).
-    seen: HashMap<u64, Mark>,
+    seen: FactMap<Mark>,
 }
 
 /// Facts gathered from one answer's event stream.
@@ -345,8 +449,7 @@ struct ResumeFacts {
 struct StreamFacts {
     resume: Option<ResumeFacts>,
     summary: Option<Box<StreamSummary>>,
-    /// The previous id of the stream (for shapes); emptied at a gap.
-    prev_id: Option<String>,
+    shape: ShapeState,
     max_id: usize,
 }
 
@@ -624,6 +727,96 @@ fn outcome_of(end: BodyEnd) -> StreamOutcome {
     }
 }
 
+/// The previous id's shape tally, its counter's value (when it fits 64 bits), and the
+/// namespace key every id of that shape has.
+#[derive(Clone, Copy, Debug)]
+struct ShapeCursor {
+    tally: usize,
+    value: Option<u64>,
+    key: (u64, usize),
+}
+
+fn small_value(digits: &str) -> Option<u64> {
+    let d = digits.trim_start_matches('0');
+    if d.is_empty() {
+        return Some(0);
+    }
+    if d.len() > 19 {
+        return None;
+    }
+    d.parse().ok()
+}
+
+/// What the shape tallies of a stream remember between two ids.
+#[derive(Debug, Default)]
+struct ShapeState {
+    /// The previous id of the stream; emptied at a gap.
+    prev_id: Option<String>,
+    /// Where the previous id stood in its shape, tried first for the next id.
+    cursor: Option<ShapeCursor>,
+}
+
+impl ShapeState {
+    /// Counts the pair (previous id, `next`) in the shape tallies. A stream's ids keep one
+    /// shape, so the previous id's tally is tried first: when `next` is its prefix, digits
+    /// and suffix, nothing is split and the counters compare as integers. Returns the
+    /// namespace key of `next` when it has a known shape.
+    fn step(&mut self, s: &mut StreamSummary, next: &str) -> Option<(u64, usize)> {
+        let out = match self.cursor {
+            Some(c) => match s.shapes.get_mut(c.tally) {
+                Some(t) => match counter_in(next, t) {
+                    Some(mid) => {
+                        let value = small_value(mid);
+                        let counts = match (c.value, value) {
+                            (Some(a), Some(b)) if a == b => None,
+                            (Some(a), Some(b)) => Some(a.checked_add(1) == Some(b)),
+                            _ => self
+                                .prev_id
+                                .as_deref()
+                                .and_then(|p| counter_in(p, t))
+                                .filter(|p| *p != mid)
+                                .map(|p| idshape::is_successor(p, mid)),
+                        };
+                        match counts {
+                            Some(true) => t.support = t.support.saturating_add(1),
+                            Some(false) => t.breaks = t.breaks.saturating_add(1),
+                            None => {}
+                        }
+                        self.cursor = Some(ShapeCursor { value, ..c });
+                        Some(c.key)
+                    }
+                    None => self.slow(s, next),
+                },
+                None => self.slow(s, next),
+            },
+            None => self.slow(s, next),
+        };
+        let buf = self.prev_id.get_or_insert_with(String::new);
+        buf.clear();
+        buf.push_str(next);
+        out
+    }
+
+    fn slow(&mut self, s: &mut StreamSummary, next: &str) -> Option<(u64, usize)> {
+        self.cursor = None;
+        let prev = self.prev_id.as_deref()?;
+        let obs = idshape::observe_pair(prev, next)?;
+        let tally = tally_shape(s, &obs)?;
+        let t = s.shapes.get(tally)?;
+        let mid = counter_in(next, t)?;
+        let mut joined = Vec::with_capacity(t.prefix.len() + t.suffix.len());
+        joined.extend_from_slice(t.prefix.as_bytes());
+        joined.extend_from_slice(t.suffix.as_bytes());
+        let key = idshape::namespace_key_hash(&joined);
+        self.cursor = Some(ShapeCursor {
+            tally,
+            value: small_value(mid),
+            key,
+        });
+        Some(key)
+    }
+}
+
 impl StreamFacts {
     fn on_event(&mut self, ev: &SseEvent<'_>) {
         let priming = ev.id.is_some() && ev.data_len == 0;
@@ -694,7 +887,16 @@ impl StreamFacts {
             if priming {
                 s.priming += 1;
             }
-            let (key, key_len) = idshape::namespace_key_hash(id);
+            let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
+            let shaped = match text {
+                Some(t) => self.shape.step(s, t),
+                None => {
+                    self.shape = ShapeState::default();
+                    None
+                }
+            };
+            // Ids of one shape share their namespace key: it is computed once per shape.
+            let (key, key_len) = shaped.unwrap_or_else(|| idshape::namespace_key_hash(id));
             if !s.keys.contains(&key) {
                 if s.keys.len() < MAX_KEYS {
                     s.keys.push(key);
@@ -723,37 +925,18 @@ impl StreamFacts {
                     None => s.facts_dropped += 1,
                 }
             }
-            match std::str::from_utf8(id) {
-                Ok(text) if !ev.id_truncated => {
-                    if let Some(prev) = self.prev_id.as_deref()
-                        && let Some(obs) = idshape::observe_pair(prev, text)
-                    {
-                        tally_shape(s, &obs);
-                    }
-                    let buf = self.prev_id.get_or_insert_with(String::new);
-                    buf.clear();
-                    buf.push_str(text);
-                }
-                _ => self.prev_id = None,
-            }
-            let seen = IdSeen {
-                text: cut_text(id),
-                mark: ev.mark,
-                id_index,
-            };
             if s.first_id.is_none() {
-                s.first_id = Some(seen.clone());
+                set_seen(&mut s.first_id, id, ev.mark, id_index);
             }
-            if let Ok(text) = std::str::from_utf8(id)
+            if let Some(text) = text
                 && let Some(n) = DecimalId::parse(text)
                 && s.max_int_id.as_ref().is_none_or(|m| {
                     DecimalId::parse(&m.text).is_none_or(|cur| n.cmp_value(&cur).is_gt())
                 })
-                && !ev.id_truncated
             {
-                s.max_int_id = Some(seen.clone());
+                set_seen(&mut s.max_int_id, id, ev.mark, id_index);
             }
-            s.last_id = Some(seen);
+            set_seen(&mut s.last_id, id, ev.mark, id_index);
             s.id_facts.push(IdFact {
                 hash,
                 mark: ev.mark,
@@ -769,24 +952,41 @@ impl StreamFacts {
             return;
         }
         let fact = jsonrpc::classify(ev.data);
-        let content = |kind, rpc_id: Option<&[u8]>| ContentFact {
-            hash: fact_hash(&[
-                ev.event_type,
-                &ev.data_len.to_le_bytes(),
-                ev.data,
-                &[u8::from(ev.data_truncated)],
-            ]),
-            kind,
-            rpc_id: rpc_id.map(|id| fact_hash(&[id])),
-            mark: ev.mark,
-            event,
-            event_id: event_id_hash,
+        // Content is compared by type, length, the first and last bytes of the data, and what
+        // makes such an event unique (its JSON-RPC id, or its progress token and value).
+        let content = |kind, unique: &[u8], rpc_id: Option<&[u8]>| {
+            let data = ev.data;
+            let head = data.get(..CONTENT_HEAD).unwrap_or(data);
+            let tail = data
+                .get(data.len().saturating_sub(CONTENT_TAIL).max(head.len())..)
+                .unwrap_or(&[]);
+            ContentFact {
+                hash: fact_hash(&[
+                    ev.event_type,
+                    &ev.data_len.to_le_bytes(),
+                    head,
+                    tail,
+                    unique,
+                    &[u8::from(ev.data_truncated)],
+                ]),
+                kind,
+                rpc_id: rpc_id.map(|id| fact_hash(&[id])),
+                mark: ev.mark,
+                event,
+                event_id: event_id_hash,
+            }
         };
         match fact {
-            RpcFact::Response { id } => s.content.push(content(ContentKind::Response, Some(id))),
-            RpcFact::Request { id } => s.content.push(content(ContentKind::Request, Some(id))),
+            RpcFact::Response { id } => {
+                s.content.push(content(ContentKind::Response, id, Some(id)));
+            }
+            RpcFact::Request { id } => {
+                s.content.push(content(ContentKind::Request, id, Some(id)));
+            }
             RpcFact::Progress { token, progress } => {
-                s.content.push(content(ContentKind::Progress, None));
+                let unique = fact_hash(&[token, &progress.to_bits().to_le_bytes()]);
+                s.content
+                    .push(content(ContentKind::Progress, &unique.to_le_bytes(), None));
                 track_progress(s, token, progress, ev.mark);
             }
             RpcFact::ListChanged { method } => {
@@ -805,20 +1005,54 @@ impl StreamFacts {
     }
 
     fn gap(&mut self) {
+        self.shape.cursor = None;
         if let Some(r) = self.resume.as_mut()
             && r.first_id.is_none()
         {
             r.gap_before_first_id = true;
         }
         // Consecutive ids across a hole are not consecutive events.
-        self.prev_id = None;
+        self.shape.prev_id = None;
         if let Some(s) = self.summary.as_deref_mut() {
             s.gaps += 1;
         }
     }
 }
 
-fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) {
+/// The counter of `id` when it is `t.prefix`, a run of digits, `t.suffix`.
+fn counter_in<'a>(id: &'a str, t: &ShapeTally) -> Option<&'a str> {
+    let (b, p, q) = (id.as_bytes(), t.prefix.as_bytes(), t.suffix.as_bytes());
+    let end = b.len().checked_sub(q.len())?;
+    if end <= p.len() || !same(&b[..p.len()], p) || !same(&b[end..], q) {
+        return None;
+    }
+    let mid = &b[p.len()..end];
+    if !mid.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // Both cuts are next to ASCII digits, so they fall on character boundaries.
+    id.get(p.len()..end)
+}
+
+/// Equality of short byte strings, word by word: ids are compared for every event, and a
+/// call into the C library's memcmp costs more than the comparison.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut x = a.chunks_exact(8);
+    let mut y = b.chunks_exact(8);
+    for (u, v) in (&mut x).zip(&mut y) {
+        if word(u) != word(v) {
+            return false;
+        }
+    }
+    let (u, v) = (x.remainder(), y.remainder());
+    u.len() == v.len() && word(u) == word(v)
+}
+
+fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usize> {
     let at = s
         .shapes
         .iter()
@@ -837,17 +1071,16 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) {
         }
         None => {
             s.facts_dropped += 1;
-            return;
+            return None;
         }
     };
-    let Some(t) = s.shapes.get_mut(at) else {
-        return;
-    };
+    let t = s.shapes.get_mut(at)?;
     if obs.counts {
         t.support = t.support.saturating_add(1);
     } else {
         t.breaks = t.breaks.saturating_add(1);
     }
+    Some(at)
 }
 
 fn track_progress(s: &mut StreamSummary, token: &[u8], value: f64, mark: Mark) {
@@ -907,14 +1140,14 @@ impl HttpSink for ExchangeTracker {
                 resent_ids: 0,
                 gap_before_first_id: false,
                 priming_ack: None,
-                seen: HashMap::new(),
+                seen: FactMap::default(),
             });
             ex.stream = Some(StreamState {
                 parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
                 facts: StreamFacts {
                     resume,
                     summary: keep.then(Box::default),
-                    prev_id: None,
+                    shape: ShapeState::default(),
                     max_id: limits.max_sse_field_bytes,
                 },
             });

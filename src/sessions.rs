@@ -27,7 +27,8 @@ use serde::Serialize;
 use crate::idshape::{self, IdPattern};
 use crate::record::Mark;
 use crate::session::{
-    ContentFact, ContentKind, ExchangeSummary, IdFact, ResumeRecord, StreamSummary, fact_hash,
+    ContentFact, ContentKind, ExchangeSummary, FactMap, IdFact, ResumeRecord, StreamSummary,
+    fact_hash,
 };
 use crate::verdict::{self, Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
 
@@ -273,9 +274,9 @@ type At<'a, F> = (usize, &'a F);
 /// Indexes over one session's kept facts.
 struct SessionIndex<'a> {
     members: &'a [usize],
-    ids: HashMap<u64, Vec<At<'a, IdFact>>>,
-    content: HashMap<u64, Vec<At<'a, ContentFact>>>,
-    rpc: HashMap<u64, Vec<At<'a, ContentFact>>>,
+    ids: FactMap<Vec<At<'a, IdFact>>>,
+    content: FactMap<Vec<At<'a, ContentFact>>>,
+    rpc: FactMap<Vec<At<'a, ContentFact>>>,
     /// (run from end, prefix, suffix) → (support, breaks), over all streams of the session.
     shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64)>,
 }
@@ -284,9 +285,9 @@ impl<'a> SessionIndex<'a> {
     fn build(xs: &'a [ExchangeSummary], members: &'a [usize]) -> Self {
         let mut ix = SessionIndex {
             members,
-            ids: HashMap::new(),
-            content: HashMap::new(),
-            rpc: HashMap::new(),
+            ids: FactMap::default(),
+            content: FactMap::default(),
+            rpc: FactMap::default(),
             shapes: BTreeMap::new(),
         };
         for &i in members {
@@ -408,7 +409,7 @@ pub fn analyze(
         }
     }
     // The first delivery of every kept id in the whole input, for cross-session checks.
-    let mut first_delivery: HashMap<u64, At<'_, IdFact>> = HashMap::new();
+    let mut first_delivery: FactMap<At<'_, IdFact>> = FactMap::default();
     for (i, x) in xs.iter().enumerate() {
         let Some(s) = x.stream.as_deref() else {
             continue;
@@ -629,7 +630,7 @@ struct Redelivery<'a, F> {
 fn audit_resume<'a>(
     xs: &'a [ExchangeSummary],
     ix: &SessionIndex<'a>,
-    first_delivery: &HashMap<u64, At<'a, IdFact>>,
+    first_delivery: &FactMap<At<'a, IdFact>>,
     opts: &Options,
     xi: usize,
     r: &mut ResumeRecord,
@@ -1100,7 +1101,7 @@ fn audit_cursor(
 fn cross_session<'a>(
     xs: &'a [ExchangeSummary],
     ix: &SessionIndex<'a>,
-    first_delivery: &HashMap<u64, At<'a, IdFact>>,
+    first_delivery: &FactMap<At<'a, IdFact>>,
     xi: usize,
     resumed_ids: &[&'a IdFact],
     before: u64,
