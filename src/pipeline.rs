@@ -383,28 +383,28 @@ struct FlowTable {
 }
 
 impl FlowTable {
-    /// Assigns the packet to a connection. Returns the message, plus what goes before it on a
-    /// connection's first packet: an `End` for a connection replaced by a new one on the same
-    /// 4-tuple, and the new connection's `Open`.
-    fn classify(
+    /// Assigns the packet to a connection and returns its message. On a connection's first
+    /// packet, what goes before that message goes to `sink` first: an `End` for a connection
+    /// replaced by a new one on the same 4-tuple, then the new connection's `Open`.
+    fn classify<D: Dispatch>(
         &mut self,
         p: &decode::TcpPacket<'_>,
         mark: Mark,
         packet_no: u64,
-    ) -> (PacketMsg, Option<[Option<ShardMsg>; 2]>) {
+        sink: &mut D,
+    ) -> PacketMsg {
         let (key, src_is_lo) = flow_key(&p.src, &p.dst);
         let new_syn = p.flags.syn && !p.flags.ack;
         // The common case, a packet of a known connection, costs one lookup.
         if let Some(f) = self.flows.get_mut(&key)
             && !(new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)))
         {
-            return (f.update(p, src_is_lo, new_syn, mark, packet_no), None);
+            return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
-        let mut ended = None;
         if let Some(old) = self.flows.remove(&key)
             && !old.closed()
         {
-            ended = Some(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
+            sink.control(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
         }
         let stream = self.next_stream;
         self.next_stream += 1;
@@ -419,8 +419,8 @@ impl FlowTable {
         };
         let msg = f.update(p, src_is_lo, new_syn, mark, packet_no);
         self.flows.insert(key, f);
-        let open = ShardMsg::Open(stream, p.src, p.dst, new_syn);
-        (msg, Some([ended, Some(open)]))
+        sink.control(ShardMsg::Open(stream, p.src, p.dst, new_syn));
+        msg
     }
 
     /// Keeps the table within bounds; returns the connections to end.
@@ -490,7 +490,9 @@ impl StreamSink for Bridge<'_> {
 /// The connections of one shard and what they produced.
 struct Shard {
     limits: Limits,
-    conns: HashMap<u64, Conn, FoldHashKey>,
+    /// Boxed: a connection's state is large, and the lookup on every packet should probe a
+    /// table of small entries.
+    conns: HashMap<u64, Box<Conn>, FoldHashKey>,
     resumes: Vec<ResumeRecord>,
     sessions: BTreeSet<String>,
     stats: InputStats,
@@ -510,14 +512,14 @@ impl Shard {
     fn open(&mut self, stream: u64, endpoints: (Endpoint, Endpoint), from_start: bool) {
         self.conns.insert(
             stream,
-            Conn {
+            Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 http: HttpConnection::new(&self.limits, from_start),
                 tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 ends: [None; 2],
                 gaps: [false; 2],
-            },
+            }),
         );
     }
 
@@ -764,10 +766,7 @@ fn read_packets<R: Read, D: Dispatch>(
         last = mark;
         match decode::decode(packet.linktype, packet.data) {
             Ok(tcp) => {
-                let (msg, before) = table.classify(&tcp, mark, packet.frame);
-                for m in before.into_iter().flatten().flatten() {
-                    sink.control(m);
-                }
+                let msg = table.classify(&tcp, mark, packet.frame, sink);
                 sink.packet(msg, tcp.payload);
             }
             Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
