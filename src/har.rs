@@ -786,6 +786,11 @@ impl HarRun<'_> {
         };
         sink.finish()?;
         let fed = sink.fed;
+        // An empty body is empty wherever it was kept (Playwright writes an empty file).
+        let source = match source {
+            BodySource::Text | BodySource::File if fed == 0 => BodySource::Empty,
+            other => other,
+        };
 
         // What the entry says of the body's length. Content.size is the decoded length by the
         // HAR spec, but some tools write the encoded length: it is only compared when the

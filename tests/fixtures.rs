@@ -27,7 +27,7 @@ fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
             }
             let name = p.file_name().unwrap().to_string_lossy().to_string();
             if let Some(stem) = name.strip_suffix(".expect.jsonl") {
-                for ext in ["pcap", "pcapng"] {
+                for ext in ["pcap", "pcapng", "har", "zhar"] {
                     let cap = p.with_file_name(format!("{stem}.{ext}"));
                     if cap.exists() {
                         found.push((cap, p.clone()));
