@@ -992,10 +992,17 @@ pub fn unescape_json_string(
         .and_then(|r| r.strip_suffix(b"\""))
         .ok_or_else(|| "not a JSON string".to_string())?;
     let mut buf: Vec<u8> = Vec::with_capacity(inner.len().min(BODY_CHUNK) + 4);
-    let mut flush = |buf: &mut Vec<u8>, force: bool| -> Result<(), String> {
-        if buf.len() >= BODY_CHUNK || (force && !buf.is_empty()) {
-            out(buf)?;
-            buf.clear();
+    // Appends to the piece being built, handing out every full piece.
+    let mut put = |buf: &mut Vec<u8>, mut bytes: &[u8]| -> Result<(), String> {
+        while !bytes.is_empty() {
+            let room = BODY_CHUNK - buf.len();
+            let (now, later) = bytes.split_at(room.min(bytes.len()));
+            buf.extend_from_slice(now);
+            bytes = later;
+            if buf.len() == BODY_CHUNK {
+                out(buf)?;
+                buf.clear();
+            }
         }
         Ok(())
     };
@@ -1003,10 +1010,7 @@ pub fn unescape_json_string(
     while !rest.is_empty() {
         let plain = memchr(b'\\', rest).unwrap_or(rest.len());
         let (run, tail) = rest.split_at(plain);
-        for piece in run.chunks(BODY_CHUNK) {
-            buf.extend_from_slice(piece);
-            flush(&mut buf, false)?;
-        }
+        put(&mut buf, run)?;
         rest = tail;
         let Some((&b'\\', tail)) = rest.split_first() else {
             break;
@@ -1038,16 +1042,18 @@ pub fn unescape_json_string(
                     rest = rest.get(6..).unwrap_or(&[]);
                 }
                 let mut utf8 = [0u8; 4];
-                buf.extend_from_slice(ch.unwrap_or('\u{FFFD}').encode_utf8(&mut utf8).as_bytes());
-                flush(&mut buf, false)?;
+                let ch = ch.unwrap_or('\u{FFFD}');
+                put(&mut buf, ch.encode_utf8(&mut utf8).as_bytes())?;
                 continue;
             }
             _ => return Err("an invalid escape in a string".to_string()),
         };
-        buf.push(byte);
-        flush(&mut buf, false)?;
+        put(&mut buf, &[byte])?;
     }
-    flush(&mut buf, true)
+    if !buf.is_empty() {
+        out(&buf)?;
+    }
+    Ok(())
 }
 
 fn hex4(b: &[u8]) -> Option<u16> {
@@ -1242,4 +1248,350 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {}
+mod tests {
+    use super::*;
+    use crate::pipeline::analyze_reader;
+
+    /// Hands out the input in pieces of the sizes a generator chooses.
+    struct Pieces<'a, F: FnMut() -> usize> {
+        data: &'a [u8],
+        next: F,
+    }
+
+    impl<F: FnMut() -> usize> Read for Pieces<'_, F> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = (self.next)().max(1).min(buf.len()).min(self.data.len());
+            let (head, tail) = self.data.split_at(n);
+            buf[..n].copy_from_slice(head);
+            self.data = tail;
+            Ok(n)
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn fixture(rel: &str) -> Vec<u8> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/har")
+            .join(rel);
+        std::fs::read(p).unwrap()
+    }
+
+    /// What a report says, in a comparable form.
+    fn summary(r: &InputReport) -> String {
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}",
+            r.resumes, r.sessions, r.messages, r.stats
+        )
+    }
+
+    fn analyze_every_way(name: &str, data: &[u8]) -> String {
+        let opts = Options::default();
+        let whole = summary(&analyze_reader(name, data, &opts));
+        let by_byte = summary(&analyze_reader(name, Pieces { data, next: || 1 }, &opts));
+        assert_eq!(whole, by_byte, "{name}: byte by byte");
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..20 {
+            let max = 1 + (rng.next() % 700) as usize;
+            let mut r2 = Rng(rng.next() | 1);
+            let split = summary(&analyze_reader(
+                name,
+                Pieces {
+                    data,
+                    next: move || 1 + (r2.next() as usize % max),
+                },
+                &opts,
+            ));
+            assert_eq!(whole, split, "{name}: random splits up to {max}");
+        }
+        whole
+    }
+
+    #[test]
+    fn the_same_answer_however_the_file_is_read() {
+        for name in [
+            "mixed.har",
+            "quirk-unsorted.har",
+            "quirk-bom-crlf.har",
+            "quirk-json-escapes.har",
+            "quirk-base64.har",
+            "quirk-zhar.zhar",
+            "quirk-event-source-messages.har",
+        ] {
+            let data = fixture(name);
+            let got = analyze_every_way(name, &data);
+            assert!(got.contains("har_entry: Some("), "{name}: {got}");
+        }
+    }
+
+    #[test]
+    fn entries_are_cited_by_index_and_sorted_by_time() {
+        let data = fixture("quirk-unsorted.har");
+        let r = analyze_reader("u.har", &data[..], &Options::default());
+        let order: Vec<(Option<u64>, Verdict)> = r
+            .resumes
+            .iter()
+            .map(|x| (x.connection.har_entry, x.decision.verdict))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (Some(4), Verdict::GapSkipped),
+                (Some(0), Verdict::Correct),
+                (Some(1), Verdict::Replayed)
+            ]
+        );
+        assert!(r.resumes.iter().all(|x| x.connection.tcp_stream.is_none()));
+        assert_eq!(r.resumes[0].request.frame, 4);
+        assert_eq!(r.stats.http_exchanges, 5);
+        assert!(r.messages.is_empty(), "{:?}", r.messages);
+    }
+
+    #[test]
+    fn a_cut_file_keeps_the_entries_before_the_cut() {
+        let data = fixture("mixed.har");
+        let whole = analyze_reader("m.har", &data[..], &Options::default());
+        assert_eq!(whole.resumes.len(), 7);
+        let mut rng = Rng(7);
+        for _ in 0..200 {
+            let cut = (rng.next() as usize) % data.len();
+            let r = analyze_reader("m.har", &data[..cut], &Options::default());
+            assert!(r.failed(), "cut at {cut}");
+            assert!(r.resumes.len() <= whole.resumes.len());
+            for got in &r.resumes {
+                assert!(whole.resumes.contains(got), "cut at {cut}: {got:?}");
+            }
+            let text = &r.messages[0].1;
+            assert!(text.starts_with("m.har: "), "{text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn damaged_bytes_never_panic() {
+        let data = fixture("mixed.har");
+        let mut rng = Rng(99);
+        for _ in 0..300 {
+            let mut bad = data.clone();
+            for _ in 0..(1 + rng.next() % 8) {
+                let at = (rng.next() as usize) % bad.len();
+                bad[at] = b"{}[]\":,\\x0 "[(rng.next() % 11) as usize];
+            }
+            let _ = analyze_reader("d.har", &bad[..], &Options::default());
+        }
+    }
+
+    #[test]
+    fn an_oversized_entry_is_skipped_and_named() {
+        let data = fixture("mixed.har");
+        let mut report = InputReport::default();
+        analyze_har_bounded("m.har", &data[..], &Options::default(), 1500, &mut report);
+        let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
+        assert!(!errors.is_empty());
+        assert!(
+            errors
+                .iter()
+                .all(|t| t.contains("larger than 1500 bytes; skipped")),
+            "{errors:?}"
+        );
+        // The small resume entries still went through.
+        assert!(!report.resumes.is_empty());
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let mut doc = b"{\"x\":".to_vec();
+        doc.extend(std::iter::repeat_n(b'[', 100_000));
+        let r = analyze_reader("n.har", &doc[..], &Options::default());
+        assert!(r.messages[0].1.contains("nesting"), "{:?}", r.messages);
+        let mut doc = b"{\"log\":{\"entries\":[".to_vec();
+        doc.extend(std::iter::repeat_n(b'[', 400));
+        doc.extend(std::iter::repeat_n(b']', 400));
+        doc.extend_from_slice(b"]}}");
+        let r = analyze_reader("n.har", &doc[..], &Options::default());
+        assert_eq!(r.messages.len(), 1, "{:?}", r.messages);
+        assert!(r.messages[0].1.contains("entry 0: not a JSON object"));
+    }
+
+    #[test]
+    fn not_har_documents() {
+        for (doc, want) in [
+            (&b"{\"foo\": 1}"[..], "no \"log\" object"),
+            (b"{\"log\": []}", "\"log\" is not an object"),
+            (b"{\"log\": {\"version\": \"1.2\"}}", "no \"entries\" array"),
+            (
+                b"{\"log\": {\"entries\": {}}}",
+                "\"log.entries\" is not an array",
+            ),
+            (b"{\"log\": {\"entries\": [", "the file ends"),
+            (b"{\"log\" {}}", "expected ':'"),
+            (b"{", "expected a member name"),
+        ] {
+            let r = analyze_reader("x.har", doc, &Options::default());
+            assert_eq!(r.messages.len(), 1, "{doc:?}");
+            assert!(r.messages[0].1.contains(want), "{doc:?}: {:?}", r.messages);
+        }
+        let r = analyze_reader(
+            "x.har",
+            &b"{\"log\":{\"entries\":[]}} x"[..],
+            &Options::default(),
+        );
+        assert!(!r.failed());
+        assert!(r.messages[0].1.contains("data after the end"));
+    }
+
+    #[test]
+    fn rfc3339_times() {
+        let base = 1_762_682_400_000_000_000i64; // 2025-11-09T10:00:00Z
+        for (s, want) in [
+            ("2025-11-09T10:00:00Z", Some(base)),
+            ("2025-11-09T10:00:00.5Z", Some(base + 500_000_000)),
+            (
+                "2025-11-09T10:00:00.123456789123Z",
+                Some(base + 123_456_789),
+            ),
+            ("2025-11-09T11:00:00+01:00", Some(base)),
+            ("2025-11-09T05:00:00-0500", Some(base)),
+            ("2025-11-09t10:00:00.000z", Some(base)),
+            ("2025-11-09 10:00:00+00:00", Some(base)),
+            ("1970-01-01T00:00:00Z", Some(0)),
+            ("1969-12-31T23:59:59.999999999Z", Some(-1)),
+            ("2024-02-29T00:00:00Z", Some(1_709_164_800_000_000_000)),
+            ("2023-02-29T00:00:00Z", None),
+            ("2025-13-01T00:00:00Z", None),
+            ("2025-11-09T24:00:00Z", None),
+            ("2025-11-09T10:00:00", None),
+            ("2025-11-09T10:00:00.Z", None),
+            ("2025-11-09T10:00:00Zjunk", None),
+            ("2025-11-09T10:00:00+24:00", None),
+            ("9999-12-31T23:59:59Z", None),
+            ("", None),
+            ("2025-11-0\u{669}T10:00:00Z", None),
+        ] {
+            assert_eq!(parse_rfc3339(s), want, "{s}");
+        }
+    }
+
+    fn b64(input: &[u8], split: usize) -> Result<Vec<u8>, String> {
+        let mut d = Base64::default();
+        let mut out = Vec::new();
+        let (a, b) = input.split_at(split.min(input.len()));
+        d.decode(a, &mut out)?;
+        d.decode(b, &mut out)?;
+        d.finish(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn base64_strict_and_split_invariant() {
+        for (enc, dec) in [
+            ("", &b""[..]),
+            ("Zg==", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm9v", b"foo"),
+            ("Zm9vYg==", b"foob"),
+            ("Zm9vYmE=", b"fooba"),
+            ("Zm9vYmFy", b"foobar"),
+            ("Zm9vYg", b"foob"),
+            ("+/8=", &[0xfb, 0xff][..]),
+        ] {
+            for split in 0..=enc.len() {
+                assert_eq!(
+                    b64(enc.as_bytes(), split).as_deref(),
+                    Ok(dec),
+                    "{enc} at {split}"
+                );
+            }
+        }
+        for bad in [
+            "Z", "Zm9vY", "Zg=x", "=Zg=", "Zg===", "Zm 9v", "Zm9v\n", "Zm-_", "Z===",
+        ] {
+            for split in 0..=bad.len() {
+                assert!(b64(bad.as_bytes(), split).is_err(), "{bad} at {split}");
+            }
+        }
+    }
+
+    fn unescape(raw: &str) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        unescape_json_string(raw.as_bytes(), &mut |p| {
+            assert!(!p.is_empty() && p.len() <= BODY_CHUNK);
+            out.extend_from_slice(p);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn json_strings_decode_in_pieces() {
+        assert_eq!(
+            unescape(r#""a\nb\"\\\/\t\r\b\f""#).unwrap(),
+            b"a\nb\"\\/\t\r\x08\x0c"
+        );
+        assert_eq!(
+            unescape(r#""caf\u00e9 \ud83d\ude00""#).unwrap(),
+            "café \u{1F600}".as_bytes()
+        );
+        assert_eq!(unescape(r#""\ud83d x""#).unwrap(), "\u{FFFD} x".as_bytes());
+        assert_eq!(unescape(r#""\ude00""#).unwrap(), "\u{FFFD}".as_bytes());
+        assert!(unescape(r#""\x""#).is_err());
+        assert!(unescape(r#""\u12""#).is_err());
+        assert!(unescape("no quotes").is_err());
+        // Long bodies come out whole, in bounded pieces, escapes across piece boundaries.
+        let body: String = (0..40_000).map(|i| format!("id: {i}\\n")).collect();
+        let raw = format!("\"{body}\"");
+        let want: String = (0..40_000).map(|i| format!("id: {i}\n")).collect();
+        assert_eq!(unescape(&raw).unwrap(), want.as_bytes());
+    }
+
+    #[test]
+    fn event_source_messages_write_ids_only_where_they_change() {
+        let limits = Limits::default();
+        let msg = |id: &'static str, data: &'static str| EventSourceMessage {
+            event_name: Some(Cow::Borrowed("message")),
+            event_id: Some(Cow::Borrowed(id)),
+            data: Some(Cow::Borrowed(data)),
+        };
+        let msgs = [msg("7", "a"), msg("7", "b\r\nid: 99"), msg("8", "")];
+        let run = |last: &str, msgs: &[EventSourceMessage<'_>]| {
+            let mut tracker = ExchangeTracker::new(&limits);
+            let mark = Mark::default();
+            tracker.request(RequestHead {
+                last_event_id: Some(last.to_string()),
+                ..Default::default()
+            });
+            tracker.response(ResponseHead {
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                ..Default::default()
+            });
+            let mut sink = BodySink {
+                tracker: &mut tracker,
+                mark,
+                base64: None,
+                out: Vec::new(),
+                fed: 0,
+            };
+            let ambiguous = feed_messages(msgs, last, &mut sink);
+            tracker.body_end(0, BodyEnd::Stream(StreamEnd::CaptureEnd), mark);
+            (ambiguous, tracker.resumes.pop())
+        };
+        let (ambiguous, r) = run("5", &msgs);
+        assert_eq!(ambiguous, Ok(false));
+        let r = r.unwrap();
+        // The data line "id: 99" stays data; the repeated 7 is no id; 3 events in all.
+        assert_eq!(r.first_event_id.as_deref(), Some("7"));
+        assert_eq!(r.stream_events, 3);
+        assert_eq!(r.decision.verdict, Verdict::GapSkipped);
+        assert_eq!(run("7", &msgs).0, Ok(true));
+        assert!(run("5", &[msg("1\n2", "")]).0.is_err());
+    }
+}
