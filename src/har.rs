@@ -442,23 +442,34 @@ impl<R: Read> Scanner<R> {
         fit: &mut bool,
     ) -> Result<(), ScanError> {
         self.take(1, out, cap, fit);
+        // A backslash ended the previous read: the byte it escapes opens this one.
+        let mut escaped = false;
         loop {
             if !self.fill()? {
                 return Err(self.err("the file ends inside a string"));
             }
+            // One pass over what is buffered, one copy of it: escapes are stepped over in
+            // place (two bytes each), the closing quote ends the run.
             let avail = self.buf.get(self.pos..self.end).unwrap_or(&[]);
-            match memchr2(b'"', b'\\', avail) {
-                Some(i) => {
-                    let closing = avail.get(i) == Some(&b'"');
-                    self.take(i + 1, out, cap, fit);
-                    if closing {
-                        return Ok(());
-                    }
-                    // The escaped byte may start the next read.
-                    if !self.fill()? {
-                        return Err(self.err("the file ends inside a string"));
-                    }
-                    self.take(1, out, cap, fit);
+            let mut i = usize::from(escaped);
+            escaped = false;
+            let mut closing = None;
+            while let Some(k) = avail.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {
+                let j = i + k;
+                if avail.get(j) == Some(&b'"') {
+                    closing = Some(j);
+                    break;
+                }
+                if j + 1 >= avail.len() {
+                    escaped = true;
+                    break;
+                }
+                i = j + 2;
+            }
+            match closing {
+                Some(j) => {
+                    self.take(j + 1, out, cap, fit);
+                    return Ok(());
                 }
                 None => {
                     let n = avail.len();
