@@ -51,8 +51,8 @@ const MAX_DEPTH: usize = 512;
 const MAX_KEY: usize = 64;
 
 // Why a resume's verdict is `capture_incomplete` when the HAR, not the traffic, is the cause.
-const NO_RESPONSE: &str = "the HAR holds no response to the resume (status 0: the request \
-     failed, was cancelled, or was still open when the HAR was written)";
+const NO_RESPONSE: &str = "the HAR holds no response to the resume (status 0 or -1: the \
+     request failed, was cancelled, or was still open when the HAR was written)";
 const NO_BODY: &str = "the HAR holds no body for this event stream (proxies and browsers often \
      leave streamed bodies out)";
 const EMPTY_BODY: &str = "the HAR holds an empty body for this event stream, which is how \
@@ -671,7 +671,8 @@ impl HarRun<'_> {
             complete: mark,
         };
         let resp = &e.response;
-        let status = u16::try_from(resp.status)
+        // Browsers write 0 (Chrome) or -1 (Playwright) for a request that got no response.
+        let status = u16::try_from(resp.status.max(0))
             .ok()
             .filter(|s| *s <= 999)
             .ok_or_else(|| format!("response.status {} is not an HTTP status", resp.status))?;
@@ -683,7 +684,6 @@ impl HarRun<'_> {
             withhold: false,
         };
         if status == 0 {
-            // Browsers write status 0 for a request that got no response.
             tracker.finish(None, true, mark);
             outcome.reason = Some(NO_RESPONSE);
         } else {
