@@ -21,7 +21,8 @@
 //! - A HAR cannot prove that a server sent nothing: an event stream whose body is absent,
 //!   empty, or marked as cut short ends as `capture_incomplete` with a reason that says why,
 //!   unless the entry itself proves the body whole (a `Content-Length` equal to what was
-//!   recorded). `empty` needs that proof; a recorded id still decides the verdict as usual.
+//!   recorded). Without that proof no body is taken as ended (`stream_end` is `capture_end`),
+//!   so `empty` needs it; a recorded id still decides the verdict as usual.
 //! - Kept strings (method, URL, session id, Last-Event-ID, protocol version, content type) are
 //!   bounded by `Limits::max_header_bytes`; a longer one makes the entry an error.
 
@@ -61,6 +62,9 @@ const EMPTY_BODY: &str = "the HAR holds an empty body for this event stream, whi
 const CUT_BODY: &str = "the HAR marks this event stream's body as cut short (content.size, \
      Content-Length or a comment says more was sent), so the events it holds cannot stand for \
      what the server sent";
+const NO_ID_UNPROVEN: &str = "the HAR's body for this event stream holds no event id, and \
+     nothing in the entry (such as a Content-Length equal to it) shows it was recorded to its \
+     end";
 const FILE_MISSING: &str = "the body file named by content._file is not beside the HAR";
 const MESSAGES_NO_ID: &str = "the HAR's _eventSourceMessages hold no event id and do not show \
      that the stream had ended";
@@ -820,45 +824,28 @@ impl HarRun<'_> {
         let cut = size_says_more || comment_says_cut || declared.is_some_and(|d| d > fed);
         let whole = !cut && declared == Some(fed);
 
+        // Only the entry's own length proves a body whole; otherwise its end is not seen, and
+        // an id-less stream stays undecided instead of `empty`.
         let not_seen_to_end = BodyEnd::Stream(StreamEnd::CaptureEnd);
-        let unproven = |reason| BodyOutcome {
-            how: if whole {
-                BodyEnd::Complete
-            } else {
-                not_seen_to_end
-            },
+        let how = if whole {
+            BodyEnd::Complete
+        } else {
+            not_seen_to_end
+        };
+        let outcome = |how, reason, withhold| BodyOutcome {
+            how,
             reason: Some(reason),
-            withhold: false,
+            withhold,
         };
         Ok(match source {
-            BodySource::Absent => unproven(NO_BODY),
-            BodySource::Empty => unproven(EMPTY_BODY),
-            BodySource::FileMissing => BodyOutcome {
-                how: not_seen_to_end,
-                reason: Some(FILE_MISSING),
-                withhold: false,
-            },
-            BodySource::Text | BodySource::File if cut => BodyOutcome {
-                how: not_seen_to_end,
-                reason: Some(CUT_BODY),
-                withhold: true,
-            },
-            // Tools that write a body write it once the response is complete.
-            BodySource::Text | BodySource::File => BodyOutcome {
-                how: BodyEnd::Complete,
-                reason: None,
-                withhold: false,
-            },
+            BodySource::Absent => outcome(how, NO_BODY, false),
+            BodySource::Empty => outcome(how, EMPTY_BODY, false),
+            BodySource::FileMissing => outcome(not_seen_to_end, FILE_MISSING, false),
+            BodySource::Text | BodySource::File if cut => outcome(not_seen_to_end, CUT_BODY, true),
+            BodySource::Text | BodySource::File => outcome(how, NO_ID_UNPROVEN, false),
             // Live dispatches of a stream that may still have been open.
-            BodySource::Messages => BodyOutcome {
-                how: not_seen_to_end,
-                reason: Some(if ambiguous {
-                    MESSAGES_AMBIGUOUS
-                } else {
-                    MESSAGES_NO_ID
-                }),
-                withhold: ambiguous,
-            },
+            BodySource::Messages if ambiguous => outcome(not_seen_to_end, MESSAGES_AMBIGUOUS, true),
+            BodySource::Messages => outcome(not_seen_to_end, MESSAGES_NO_ID, false),
         })
     }
 
