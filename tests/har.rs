@@ -256,3 +256,41 @@ fn a_har_on_standard_input() {
     assert_eq!(first["har_entry"], 2);
     assert_eq!(first["input"], "-");
 }
+
+#[test]
+fn attached_bodies_are_only_read_beside_the_har() {
+    let dir = scratch("file");
+    std::fs::write(dir.join("body.dat"), b"id: 2\ndata: x\n\n").unwrap();
+    let mut entries = Vec::new();
+    for (k, file) in ["body.dat", "../body.dat", "/etc/hostname", "gone.dat"]
+        .iter()
+        .enumerate()
+    {
+        let mut e = resume(k as u64, "1", json!(null), None);
+        e["response"]["content"] =
+            json!({"size": 15, "mimeType": "text/event-stream", "_file": file});
+        entries.push(e);
+    }
+    let doc = json!({"log": {"entries": entries}});
+    let path = dir.join("attach.har");
+    std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let got = run(&[path.to_str().unwrap()]);
+    let seen: Vec<(u64, &str)> = got
+        .resumes
+        .iter()
+        .map(|r| {
+            (
+                r["har_entry"].as_u64().unwrap(),
+                r["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, vec![(0, "correct"), (3, "capture_incomplete")]);
+    let lines: Vec<&str> = got.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", got.stderr);
+    assert!(lines[0].contains("entry 1: content._file \"../body.dat\" is not a plain file name"));
+    assert!(lines[1].contains("entry 2: content._file"));
+    assert!(lines[2].starts_with("warning: ") && lines[2].contains("gone.dat"));
+    assert_eq!(got.code, 2);
+    std::fs::remove_dir_all(&dir).ok();
+}
