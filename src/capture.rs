@@ -25,6 +25,8 @@ pub enum InputKind {
     PcapNg,
     /// A JSON document (a HAR export, if anything).
     Json,
+    /// A zlib stream (mitmproxy writes `.zhar` files as a zlib-compressed HAR).
+    Zlib,
 }
 
 /// Recognizes an input by its first bytes; `None` when it is none of the known kinds.
@@ -43,6 +45,12 @@ pub fn sniff(prefix: &[u8]) -> Option<InputKind> {
         if m == [0x0a, 0x0d, 0x0d, 0x0a] {
             return Some(InputKind::PcapNg);
         }
+    }
+    // zlib header: deflate with a window of 32 KiB (0x78), and the check bits of RFC 1950.
+    if let [0x78, b1, ..] = prefix
+        && (0x78 * 256 + u32::from(*b1)) % 31 == 0
+    {
+        return Some(InputKind::Zlib);
     }
     let text = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
@@ -394,13 +402,8 @@ impl<R: Read> CaptureReader<R> {
                 self.section_or_interface(endian, block_type, block_len)?;
                 Next::Again
             }
-            OBSOLETE_PB => {
-                // A packet record all the same: it counts as a frame, but carries nothing we
-                // read (the obsolete Packet Block is not written by current tools).
-                self.skipped_records += 1;
-                self.frame += 1;
-                Next::Again
-            }
+            // The obsolete Packet Block is not written by current tools.
+            OBSOLETE_PB => self.unreadable_packet(),
             _ => Next::Again,
         };
         // The packet's bytes stay valid in the buffer: consuming only moves `start`, and nothing
@@ -457,6 +460,14 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
+    /// A packet record that cannot be read (no interface to give it a link type, or an obsolete
+    /// block): it still counts as a frame, as Wireshark counts it, so later frame numbers match.
+    fn unreadable_packet(&mut self) -> Next {
+        self.skipped_records += 1;
+        self.frame += 1;
+        Next::Again
+    }
+
     fn interface(&self, id: u32) -> Option<Interface> {
         match &self.format {
             Format::PcapNg { interfaces, .. } => interfaces.get(id as usize).copied(),
@@ -484,11 +495,7 @@ impl<R: Read> CaptureReader<R> {
             )));
         }
         let Some(iface) = self.interface(if_id) else {
-            // Counted as a frame (Wireshark shows it too), but without an interface there is no
-            // link type to read it by.
-            self.skipped_records += 1;
-            self.frame += 1;
-            return Ok(Next::Again);
+            return Ok(self.unreadable_packet());
         };
         Ok(Next::Packet(Found {
             time_ns: iface.time_ns(ts),
@@ -513,9 +520,7 @@ impl<R: Read> CaptureReader<R> {
         let orig_len = endian.u32(&b[8..12]);
         let caplen = (orig_len as usize).min(block_len - 16);
         let Some(iface) = self.interface(0) else {
-            self.skipped_records += 1;
-            self.frame += 1;
-            return Ok(Next::Again);
+            return Ok(self.unreadable_packet());
         };
         Ok(Next::Packet(Found {
             // A simple packet block has no timestamp.
@@ -900,6 +905,10 @@ mod tests {
         assert_eq!(sniff(b"GET / HTTP/1.1"), None);
         assert_eq!(sniff(b"  {\"log\": {}}"), Some(InputKind::Json));
         assert_eq!(sniff(b"\xef\xbb\xbf{"), Some(InputKind::Json));
+        for level in [0x01, 0x5e, 0x9c, 0xda] {
+            assert_eq!(sniff(&[0x78, level, 0]), Some(InputKind::Zlib));
+        }
+        assert_eq!(sniff(&[0x78, 0x9d]), None);
         let (_, res, _) = read_all(&b"hello world"[..], 1 << 20);
         assert!(res.unwrap_err().contains("not a pcap"));
         let (_, res, _) = read_all(&b""[..], 1 << 20);

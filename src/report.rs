@@ -85,6 +85,7 @@ fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
         BodyEnd::Complete => "complete",
         BodyEnd::Stream(Fin) => "fin",
         BodyEnd::Stream(Rst) => "rst",
+        BodyEnd::Stream(PeerRst) => "client_rst",
         BodyEnd::Stream(CaptureEnd) => "capture_end",
         BodyEnd::Stream(Evicted) => "evicted",
         BodyEnd::Stream(Abandoned) => "abandoned",
