@@ -36,10 +36,7 @@ fn files_with_ext(ext: &str) -> Vec<PathBuf> {
 /// `<stem>.expect.jsonl` or, while the analyzer disagrees, `<stem>.pending.jsonl`.
 fn expectation_for(input: &Path) -> Option<PathBuf> {
     let name = input.file_name()?.to_str()?;
-    let stem = match input.extension()?.to_str()? {
-        "har" => name,
-        _ => name.rsplit_once('.')?.0,
-    };
+    let stem = name.rsplit_once('.')?.0;
     ["expect", "pending"]
         .iter()
         .map(|kind| input.with_file_name(format!("{stem}.{kind}.jsonl")))
