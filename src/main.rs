@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use mcp_resume_audit::idshape::IdPattern;
 use mcp_resume_audit::pipeline::{self, HumanReport, Options};
@@ -25,7 +26,8 @@ use mcp_resume_audit::sessions;
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {
-    /// Capture files (pcap or pcapng, recognized by content); `-` reads standard input.
+    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content; `-` reads
+    /// standard input.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
 
@@ -33,7 +35,7 @@ struct Cli {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 
-    /// Worker threads [default: the number of CPUs].
+    /// Threads [default: the number of CPUs].
     #[arg(short = 'j', long = "threads", value_name = "N")]
     threads: Option<usize>,
 
@@ -68,12 +70,44 @@ struct Cli {
     /// there); `text`: the plain-text account instead of JSON Lines.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
+
+    /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Format {
     Json,
     Text,
+}
+
+/// Inputs smaller than this are done before a bar would tell anything.
+const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+/// A bar over the total size of the inputs, when standard error is a terminal, the sizes are
+/// known (no standard input) and large enough.
+fn progress_bar(cli: &Cli) -> Option<ProgressBar> {
+    if cli.quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    for p in &cli.inputs {
+        if p.as_os_str() == "-" {
+            return None;
+        }
+        total = total.saturating_add(std::fs::metadata(p).ok()?.len());
+    }
+    if total <= PROGRESS_MIN_BYTES {
+        return None;
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    Some(bar)
 }
 
 fn main() -> ExitCode {
@@ -112,6 +146,7 @@ fn real_main() -> anyhow::Result<i32> {
             views: cli.sessions,
         },
         human,
+        progress: progress_bar(&cli),
     };
     let stderr = std::io::stderr();
     let mut err = stderr.lock();

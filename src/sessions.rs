@@ -1336,61 +1336,104 @@ fn symptoms(
     }
 }
 
-/// Reconnects without `Last-Event-ID`: a GET in a session whose earlier GET stream carried
-/// ids (or was itself a resume), once that stream is over.
+/// Reconnects of the standalone stream without `Last-Event-ID`. A session's standalone
+/// stream is a GET without `Last-Event-ID`; its lineage goes on through resumes whose
+/// `Last-Event-ID` it delivered. When a stream of that lineage gave the client a cursor (it
+/// delivered an id, or it was a resume, so the client had one) and is over, a new GET without
+/// `Last-Event-ID` has dropped it. Resumes of request streams and of ids never delivered do not
+/// belong to the lineage: the standalone stream may reconnect without a cursor it never had.
 fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Finding>) {
-    // The latest earlier GET stream that gave the client a cursor: (index, id, mark).
-    let mut cursor: Option<(usize, Option<String>, Mark)> = None;
+    struct Held {
+        at: usize,
+        id: String,
+        mark: Mark,
+        delivered: bool,
+    }
+    let mut lineage: HashSet<u64> = HashSet::new();
+    let mut held: Option<Held> = None;
     for &i in ix.members {
         let x = &xs[i];
         if x.method.as_deref() != Some("GET") {
             continue;
         }
         let Some(req) = x.request else { continue };
-        if x.last_event_id.is_none()
-            && let Some((j, id, mark)) = &cursor
-        {
-            let prev = &xs[*j];
-            let over = prev.end.is_some_and(|(_, m)| m.frame < req.frame);
-            if over {
-                let detail = match id {
-                    Some(id) => format!(
-                        "the client reconnected (frame {}) without Last-Event-ID although the \
-                         earlier stream delivered id {id} (frame {}): what the server sent after \
-                         it cannot be resumed, and a client that restarts instead loses it",
-                        req.frame, mark.frame
-                    ),
-                    None => format!(
-                        "the client reconnected (frame {}) without Last-Event-ID although it \
-                         had resumed with one before (frame {})",
-                        req.frame, mark.frame
-                    ),
-                };
-                out.push(Finding {
-                    kind: FindingKind::CursorLost,
-                    severity: Severity::Warning,
-                    session_id: x.session_id.clone(),
-                    detail,
-                    id: id.clone(),
-                    other_session_id: None,
-                    resume: None,
-                    cites: vec![
-                        cite(x, "reconnect_request", req),
-                        cite(prev, "earlier_cursor", *mark),
-                    ],
-                });
+        let joins = match &x.last_event_id {
+            None => {
+                if let Some(h) = held.take() {
+                    let prev = &xs[h.at];
+                    if prev.end.is_some_and(|(_, m)| m.frame < req.frame) {
+                        out.push(lost_cursor(x, req, prev, &h.id, h.mark, h.delivered));
+                    } else {
+                        held = Some(h);
+                    }
+                }
+                true
             }
-        }
-        let delivered = x
-            .stream
-            .as_deref()
-            .and_then(|s| s.last_id.as_ref())
-            .map(|l| (Some(l.text.clone()), l.mark));
-        cursor = match (delivered, &x.last_event_id) {
-            (Some((id, mark)), _) => Some((i, id, mark)),
-            (None, Some(l)) => Some((i, Some(l.clone()), req)),
-            (None, None) => cursor,
+            Some(l) => {
+                lineage.contains(&fact_hash(&[l.as_bytes()]))
+                    || held.as_ref().is_some_and(|h| &h.id == l)
+            }
         };
+        if !joins {
+            continue;
+        }
+        if let Some(s) = x.stream.as_deref() {
+            lineage.extend(s.id_facts.iter().map(|f| f.hash));
+        }
+        let delivered = x.stream.as_deref().and_then(|s| s.last_id.as_ref());
+        held = match (delivered, &x.last_event_id) {
+            (Some(l), _) => Some(Held {
+                at: i,
+                id: l.text.clone(),
+                mark: l.mark,
+                delivered: true,
+            }),
+            (None, Some(l)) => Some(Held {
+                at: i,
+                id: l.clone(),
+                mark: req,
+                delivered: false,
+            }),
+            (None, None) => held,
+        };
+    }
+}
+
+fn lost_cursor(
+    x: &ExchangeSummary,
+    req: Mark,
+    prev: &ExchangeSummary,
+    id: &str,
+    mark: Mark,
+    delivered: bool,
+) -> Finding {
+    let detail = if delivered {
+        format!(
+            "the standalone stream reconnected (frame {}) without Last-Event-ID although its \
+             earlier stream delivered id {id} (frame {}) and ended: what the server sent after it \
+             cannot be resumed",
+            req.frame, mark.frame
+        )
+    } else {
+        format!(
+            "the standalone stream reconnected (frame {}) without Last-Event-ID although it had \
+             resumed with Last-Event-ID {id} (frame {}) and that stream ended without an id: \
+             the client dropped its cursor",
+            req.frame, mark.frame
+        )
+    };
+    Finding {
+        kind: FindingKind::CursorLost,
+        severity: Severity::Warning,
+        session_id: x.session_id.clone(),
+        detail,
+        id: Some(id.to_string()),
+        other_session_id: None,
+        resume: None,
+        cites: vec![
+            cite(x, "reconnect_request", req),
+            cite(prev, "earlier_cursor", mark),
+        ],
     }
 }
 
