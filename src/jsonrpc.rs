@@ -64,11 +64,13 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     // Keys and short values end within a few bytes: look there before calling memchr.
-    for _ in 0..24 {
-        match *b.get(j)? {
-            b'"' => return Some(j + 1),
-            b'\\' => j += 2,
-            _ => j += 1,
+    let near = b.get(j..)?;
+    for (k, &c) in near.iter().take(32).enumerate() {
+        if c == b'"' {
+            return Some(j + k + 1);
+        }
+        if c == b'\\' {
+            break;
         }
     }
     loop {
@@ -134,8 +136,19 @@ struct Members<'a> {
     done: bool,
 }
 
+/// How nearly every MCP message begins; its first member needs no reading.
+const JSONRPC_HEAD: &[u8] = br#"{"jsonrpc":"2.0","#;
+
 impl<'a> Members<'a> {
     fn new(b: &'a [u8]) -> Self {
+        if b.starts_with(JSONRPC_HEAD) {
+            return Members {
+                b,
+                i: JSONRPC_HEAD.len(),
+                pending: false,
+                done: false,
+            };
+        }
         let i = skip_ws(b, 0);
         Members {
             b,
@@ -173,6 +186,16 @@ impl<'a> Members<'a> {
         }
     }
 
+    /// The bytes from the start of the pending value to the end of the data: a nested object
+    /// can be walked in place, without skipping it first. Ends this walk.
+    fn rest(&mut self) -> Option<&'a [u8]> {
+        if !self.pending || self.done {
+            return None;
+        }
+        self.done = true;
+        self.b.get(self.i..)
+    }
+
     fn value(&mut self) -> Option<&'a [u8]> {
         if !self.pending || self.done {
             return None;
@@ -193,6 +216,25 @@ impl<'a> Members<'a> {
     }
 }
 
+/// Equality with a short literal, word by word: keys are compared for every event, and a
+/// call into the C library's memcmp costs more than the comparison.
+#[inline]
+fn is(a: &[u8], lit: &[u8]) -> bool {
+    if a.len() != lit.len() {
+        return false;
+    }
+    let mut x = a.chunks_exact(8);
+    let mut y = lit.chunks_exact(8);
+    for (u, v) in (&mut x).zip(&mut y) {
+        if u64::from_le_bytes(u.try_into().unwrap_or_default())
+            != u64::from_le_bytes(v.try_into().unwrap_or_default())
+        {
+            return false;
+        }
+    }
+    x.remainder().iter().zip(y.remainder()).all(|(u, v)| u == v)
+}
+
 fn string_body(raw: &[u8]) -> Option<&[u8]> {
     raw.strip_prefix(b"\"")?.strip_suffix(b"\"")
 }
@@ -203,39 +245,39 @@ const PROGRESS_METHOD: &[u8] = b"notifications/progress";
 fn top_level(data: &[u8]) -> TopLevel<'_> {
     let mut t = TopLevel::default();
     let mut m = Members::new(data);
+    let progress = |m: Option<&[u8]>| m.is_some_and(|m| is(m, PROGRESS_METHOD));
     while let Some(k) = m.next_key() {
-        match k {
-            b"id" => {
-                t.id = m.value();
-                if t.has_result || t.has_error || t.method.is_some() {
-                    break;
-                }
+        if is(k, b"id") {
+            t.id = m.value();
+            if t.has_result || t.has_error || t.method.is_some() {
+                break;
             }
-            b"result" | b"error" => {
-                t.has_result |= k == b"result";
-                t.has_error |= k == b"error";
-                if t.id.is_some() {
-                    break;
-                }
+        } else if is(k, b"result") || is(k, b"error") {
+            t.has_result |= k.len() == 6;
+            t.has_error |= k.len() == 5;
+            if t.id.is_some() {
+                break;
             }
-            b"method" => {
-                t.method = m.value().and_then(string_body);
-                match t.method {
-                    Some(PROGRESS_METHOD) if t.params.is_some() => break,
-                    Some(PROGRESS_METHOD) => {}
-                    // A notification has no id, and only progress needs its params.
-                    Some(method) if method.starts_with(b"notifications/") => break,
-                    Some(_) if t.id.is_some() => break,
-                    _ => {}
+        } else if is(k, b"method") {
+            t.method = m.value().and_then(string_body);
+            match t.method {
+                Some(_) if progress(t.method) => {
+                    if t.params.is_some() {
+                        break;
+                    }
                 }
+                // A notification has no id, and only progress needs its params.
+                Some(method) if method.starts_with(b"notifications/") => break,
+                Some(_) if t.id.is_some() => break,
+                _ => {}
             }
-            b"params" => {
-                t.params = m.value();
-                if t.method == Some(PROGRESS_METHOD) {
-                    break;
-                }
+        } else if is(k, b"params") {
+            if progress(t.method) {
+                // Its members are read in place; nothing after it is needed.
+                t.params = m.rest();
+                break;
             }
-            _ => {}
+            t.params = m.value();
         }
     }
     t
@@ -260,17 +302,17 @@ pub fn classify(data: &[u8]) -> RpcFact<'_> {
     let Some(method) = t.method else {
         return RpcFact::Other;
     };
-    if method == PROGRESS_METHOD {
+    if is(method, PROGRESS_METHOD) {
         let Some(params) = t.params else {
             return RpcFact::Other;
         };
         let (mut token, mut value) = (None, None);
         let mut m = Members::new(params);
         while let Some(k) = m.next_key() {
-            match k {
-                b"progressToken" => token = m.value(),
-                b"progress" => value = m.value(),
-                _ => {}
+            if is(k, b"progressToken") {
+                token = m.value();
+            } else if is(k, b"progress") {
+                value = m.value();
             }
             if token.is_some() && value.is_some() {
                 break;

@@ -28,10 +28,12 @@ use crate::sessions::Forensics;
 use crate::sse::{SseEvent, SseParser};
 use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
 
-/// Id facts kept from the start of each stream (replay from zero re-sends these).
-pub const FACTS_HEAD: usize = 32;
-/// Id facts kept from the end of each stream (a partial replay re-sends these).
-pub const FACTS_TAIL: usize = 32;
+/// Facts (ids, distinctive events) kept from the start of each stream: a replay from zero
+/// re-sends these, and the first of a resumed stream's re-deliveries is among them.
+pub const FACTS_HEAD: usize = 8;
+/// Facts kept from the end of each stream: the client's Last-Event-ID is among the last ids it
+/// got, and a partial replay re-sends these.
+pub const FACTS_TAIL: usize = 8;
 /// Bytes of each event's data looked at for JSON-RPC facts.
 pub const KEEP_DATA: usize = 16 << 10;
 /// Bytes from the start and from the end of an event's data that its content hash covers
@@ -51,7 +53,7 @@ pub const MAX_KEYS: usize = 32;
 /// Duplicate ids reported per resumed stream.
 pub const MAX_DUPS: usize = 8;
 /// Ids remembered per resumed stream to find duplicates inside it.
-pub const MAX_SEEN_IDS: usize = 4096;
+pub const MAX_SEEN_IDS: usize = 1024;
 /// Characters of an id or target kept for display.
 pub const MAX_TEXT: usize = 256;
 /// Exchange summaries kept per connection; further exchanges are counted, not kept.
@@ -138,14 +140,25 @@ impl<T> Default for HeadTail<T> {
 impl<T> HeadTail<T> {
     pub fn push(&mut self, item: T) {
         if self.head.len() < FACTS_HEAD {
+            if self.head.capacity() == 0 {
+                self.head.reserve_exact(FACTS_HEAD);
+            }
             self.head.push(item);
             return;
         }
-        self.tail.push_back(item);
-        if self.tail.len() > FACTS_TAIL {
+        if self.tail.len() == FACTS_TAIL {
             self.tail.pop_front();
             self.dropped += 1;
+        } else if self.tail.capacity() == 0 {
+            self.tail.reserve_exact(FACTS_TAIL);
         }
+        self.tail.push_back(item);
+    }
+
+    /// Gives back the room a short stream did not use.
+    pub fn shrink(&mut self) {
+        self.head.shrink_to_fit();
+        self.tail.shrink_to_fit();
     }
 
     /// Kept items in the order they were pushed.
@@ -155,6 +168,11 @@ impl<T> HeadTail<T> {
 
     pub fn is_empty(&self) -> bool {
         self.head.is_empty()
+    }
+
+    /// The next item pushed goes to the head, which is never dropped.
+    pub fn head_has_room(&self) -> bool {
+        self.head.len() < FACTS_HEAD
     }
 }
 
@@ -182,7 +200,7 @@ pub struct IdFact {
     /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
     pub key: u64,
     pub key_len: u32,
-    /// The id's text, kept on resumed streams only (the ones findings quote).
+    /// The id's text, kept for the head facts of resumed streams (the ones findings quote).
     pub text: Option<Box<str>>,
 }
 
@@ -392,6 +410,10 @@ impl Hasher for PassThrough {
     }
 }
 
+/// The namespace key of an integer id: nothing is left once its digits are gone.
+static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
+    std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
+
 /// A map keyed by [`fact_hash`] values.
 pub type FactMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PassThrough>>;
 
@@ -404,10 +426,16 @@ fn set_text(out: &mut String, bytes: &[u8]) {
     }
 }
 
-fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], mark: Mark, id_index: u64) {
+fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark, id_index: u64) {
     match slot {
         Some(seen) => {
-            set_text(&mut seen.text, id);
+            match text {
+                Some(t) if t.len() <= MAX_TEXT => {
+                    seen.text.clear();
+                    seen.text.push_str(t);
+                }
+                _ => set_text(&mut seen.text, id),
+            }
             seen.mark = mark;
             seen.id_index = id_index;
         }
@@ -439,9 +467,13 @@ struct ResumeFacts {
     /// Integer ids at or below the integer `Last-Event-ID`: events seen delivered again.
     resent_ids: u64,
     gap_before_first_id: bool,
+    /// `Last-Event-ID` is a decimal integer (asked for every event), and its value when it
+    /// fits 64 bits.
+    last_is_integer: bool,
+    last_value: Option<u64>,
     priming_ack: Option<Mark>,
-    /// Ids seen on this stream, to find duplicates (capped at [`MAX_SEEN_IDS`]).
-    seen: FactMap<Mark>,
+    /// Ids seen on this stream, to find duplicates when it ends (capped at [`MAX_SEEN_IDS`]).
+    seen: SeenIds,
 }
 
 /// Facts gathered from one answer's event stream.
@@ -450,6 +482,9 @@ struct StreamFacts {
     resume: Option<ResumeFacts>,
     summary: Option<Box<StreamSummary>>,
     shape: ShapeState,
+    tail: TailEvents,
+    /// The value of the stream's highest integer id, when it fits 64 bits.
+    max_value: Option<u64>,
     max_id: usize,
 }
 
@@ -549,7 +584,10 @@ impl ExchangeTracker {
             end,
         } = ex;
         let (resume, summary) = match stream {
-            Some(s) => (s.facts.resume, s.facts.summary),
+            Some(mut s) => {
+                s.facts.finish();
+                (s.facts.resume, s.facts.summary)
+            }
             None => (None, None),
         };
         let session_id = request
@@ -563,8 +601,11 @@ impl ExchangeTracker {
             })
             .or_else(|| summary.as_ref().and_then(|s| s.endpoint_session.clone()));
         self.note_session(&session_id);
-        if let Some(s) = &summary {
+        let mut summary = summary;
+        if let Some(s) = summary.as_deref_mut() {
             self.facts_dropped += s.facts_dropped + s.id_facts.dropped + s.content.dropped;
+            s.id_facts.shrink();
+            s.content.shrink();
         }
         let event_stream = response.as_ref().is_some_and(ResponseHead::is_event_stream);
         let last_event_id = request.as_ref().and_then(|r| r.last_event_id.clone());
@@ -736,7 +777,34 @@ struct ShapeCursor {
     key: (u64, usize),
 }
 
+/// `id <= last` for decimal ids, without comparing strings when `last` fits 64 bits.
+fn at_or_below(id: &[u8], last: &str, last_value: Option<u64>) -> bool {
+    let text = std::str::from_utf8(id).unwrap_or("");
+    match (last_value, small_value(text)) {
+        (Some(l), Some(i)) => i <= l,
+        _ => match (DecimalId::parse(text), DecimalId::parse(last)) {
+            (Some(i), Some(l)) => i.cmp_value(&l).is_le(),
+            _ => false,
+        },
+    }
+}
+
+/// `id > max` for decimal ids, `max_value` being `max`'s value when it fits 64 bits.
+fn above(id: &str, max: &str, max_value: Option<u64>) -> bool {
+    match (small_value(id), max_value) {
+        (Some(i), Some(m)) => i > m,
+        _ => match (DecimalId::parse(id), DecimalId::parse(max)) {
+            (Some(i), Some(m)) => i.cmp_value(&m).is_gt(),
+            (Some(_), None) => true,
+            _ => false,
+        },
+    }
+}
+
 fn small_value(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let d = digits.trim_start_matches('0');
     if d.is_empty() {
         return Some(0);
@@ -820,6 +888,10 @@ impl ShapeState {
 impl StreamFacts {
     fn on_event(&mut self, ev: &SseEvent<'_>) {
         let priming = ev.id.is_some() && ev.data_len == 0;
+        // One look at the id answers what several checks below ask.
+        let integer_id = ev
+            .id
+            .is_some_and(|id| !id.is_empty() && id.iter().all(u8::is_ascii_digit));
         let mut skipped_ack = false;
         if let Some(r) = self.resume.as_mut() {
             r.events += 1;
@@ -838,10 +910,9 @@ impl StreamFacts {
                         r.priming_ack = Some(ev.mark);
                         skipped_ack = true;
                     } else {
-                        if let (Some(last), Some(id)) = (
-                            DecimalId::parse(&r.last_event_id),
-                            std::str::from_utf8(id).ok().and_then(DecimalId::parse),
-                        ) && id.cmp_value(&last).is_le()
+                        if integer_id
+                            && r.last_is_integer
+                            && at_or_below(id, &r.last_event_id, r.last_value)
                         {
                             r.resent_ids += 1;
                         }
@@ -889,14 +960,20 @@ impl StreamFacts {
             }
             let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
             let shaped = match text {
-                Some(t) => self.shape.step(s, t),
-                None => {
+                // Integers are compared as they are: they have no shape to learn.
+                Some(t) if !integer_id => self.shape.step(s, t),
+                _ => {
                     self.shape = ShapeState::default();
                     None
                 }
             };
-            // Ids of one shape share their namespace key: it is computed once per shape.
-            let (key, key_len) = shaped.unwrap_or_else(|| idshape::namespace_key_hash(id));
+            // Ids of one shape share their namespace key: it is computed once per shape, and
+            // an integer's key is empty.
+            let (key, key_len) = match shaped {
+                Some(k) => k,
+                None if integer_id => *EMPTY_KEY,
+                None => idshape::namespace_key_hash(id),
+            };
             if !s.keys.contains(&key) {
                 if s.keys.len() < MAX_KEYS {
                     s.keys.push(key);
@@ -909,34 +986,23 @@ impl StreamFacts {
             if let Some(r) = self.resume.as_mut()
                 && !priming
             {
-                match r.seen.get(&hash) {
-                    Some(&first) => {
-                        if s.dup_ids.len() < MAX_DUPS {
-                            s.dup_ids.push(DupId {
-                                text: cut_text(id),
-                                first,
-                                again: ev.mark,
-                            });
-                        }
-                    }
-                    None if r.seen.len() < MAX_SEEN_IDS => {
-                        r.seen.insert(hash, ev.mark);
-                    }
-                    None => s.facts_dropped += 1,
+                if !r.seen.push(hash, id, ev.mark) {
+                    s.facts_dropped += 1;
                 }
             }
             if s.first_id.is_none() {
-                set_seen(&mut s.first_id, id, ev.mark, id_index);
+                set_seen(&mut s.first_id, id, text, ev.mark, id_index);
             }
-            if let Some(text) = text
-                && let Some(n) = DecimalId::parse(text)
-                && s.max_int_id.as_ref().is_none_or(|m| {
-                    DecimalId::parse(&m.text).is_none_or(|cur| n.cmp_value(&cur).is_gt())
-                })
+            if integer_id
+                && let Some(text) = text
+                && s.max_int_id
+                    .as_ref()
+                    .is_none_or(|m| above(text, &m.text, self.max_value))
             {
-                set_seen(&mut s.max_int_id, id, ev.mark, id_index);
+                self.max_value = small_value(text);
+                set_seen(&mut s.max_int_id, id, Some(text), ev.mark, id_index);
             }
-            set_seen(&mut s.last_id, id, ev.mark, id_index);
+            set_seen(&mut s.last_id, id, text, ev.mark, id_index);
             s.id_facts.push(IdFact {
                 hash,
                 mark: ev.mark,
@@ -945,62 +1011,56 @@ impl StreamFacts {
                 priming,
                 key,
                 key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
-                text: (resumed && !skipped_ack).then(|| cut_text(id).into_boxed_str()),
+                text: (resumed && !skipped_ack && s.id_facts.head_has_room())
+                    .then(|| cut_text(id).into_boxed_str()),
             });
         }
         if ev.data_len == 0 {
             return;
         }
-        let fact = jsonrpc::classify(ev.data);
-        // Content is compared by type, length, the first and last bytes of the data, and what
-        // makes such an event unique (its JSON-RPC id, or its progress token and value).
-        let content = |kind, unique: &[u8], rpc_id: Option<&[u8]>| {
-            let data = ev.data;
-            let head = data.get(..CONTENT_HEAD).unwrap_or(data);
-            let tail = data
-                .get(data.len().saturating_sub(CONTENT_TAIL).max(head.len())..)
-                .unwrap_or(&[]);
-            ContentFact {
-                hash: fact_hash(&[
-                    ev.event_type,
-                    &ev.data_len.to_le_bytes(),
-                    head,
-                    tail,
-                    unique,
-                    &[u8::from(ev.data_truncated)],
-                ]),
-                kind,
-                rpc_id: rpc_id.map(|id| fact_hash(&[id])),
-                mark: ev.mark,
-                event,
-                event_id: event_id_hash,
-            }
+        let data = EventData {
+            data: ev.data,
+            event_type: ev.event_type,
+            data_len: ev.data_len,
+            data_truncated: ev.data_truncated,
+            id: ev.id,
+            integer_id,
+            mark: ev.mark,
+            event,
+            event_id: event_id_hash,
         };
-        match fact {
-            RpcFact::Response { id } => {
-                s.content.push(content(ContentKind::Response, id, Some(id)));
+        if event < CLASSIFY_HEAD {
+            read_data(s, &data);
+        } else {
+            // Later events are read when the stream ends, and only the last few: the facts
+            // of the middle of a long stream would not be kept anyway.
+            self.tail.keep(&data);
+        }
+    }
+
+    /// Reads the events held back at the end of the stream, and finds its duplicate ids.
+    fn finish(&mut self) {
+        if let (Some(r), Some(s)) = (self.resume.as_mut(), self.summary.as_deref_mut()) {
+            s.dup_ids = r.seen.duplicates();
+        }
+        if let Some(s) = self.summary.as_deref_mut() {
+            s.facts_dropped += self.tail.skipped;
+            for t in self.tail.events.drain(..) {
+                read_data(
+                    s,
+                    &EventData {
+                        data: &t.data,
+                        event_type: &t.event_type,
+                        data_len: t.data_len,
+                        data_truncated: t.data_truncated,
+                        id: t.id.as_deref(),
+                        integer_id: t.integer_id,
+                        mark: t.mark,
+                        event: t.event,
+                        event_id: t.event_id,
+                    },
+                );
             }
-            RpcFact::Request { id } => {
-                s.content.push(content(ContentKind::Request, id, Some(id)));
-            }
-            RpcFact::Progress { token, progress } => {
-                let unique = fact_hash(&[token, &progress.to_bits().to_le_bytes()]);
-                s.content
-                    .push(content(ContentKind::Progress, &unique.to_le_bytes(), None));
-                track_progress(s, token, progress, ev.mark);
-            }
-            RpcFact::ListChanged { method } => {
-                if s.list_changed.len() < MAX_LIST_CHANGED {
-                    s.list_changed.push(ListChangedFact {
-                        method: cut_text(method),
-                        mark: ev.mark,
-                        event_id: ev.id.map(|id| (fact_hash(&[id]), cut_text(id))),
-                    });
-                } else {
-                    s.facts_dropped += 1;
-                }
-            }
-            RpcFact::Other => {}
         }
     }
 
@@ -1016,6 +1076,200 @@ impl StreamFacts {
         if let Some(s) = self.summary.as_deref_mut() {
             s.gaps += 1;
         }
+    }
+}
+
+/// An event's data and where it stands, as the JSON-RPC reading needs it.
+struct EventData<'a> {
+    data: &'a [u8],
+    event_type: &'a [u8],
+    data_len: u64,
+    data_truncated: bool,
+    id: Option<&'a [u8]>,
+    integer_id: bool,
+    mark: Mark,
+    event: u64,
+    event_id: Option<u64>,
+}
+
+/// The ids of a resumed stream in arrival order, appended (not looked up) as they come, so
+/// that a stream's state stays small and its writes sequential; duplicates are found once,
+/// when the stream ends.
+#[derive(Debug, Default)]
+struct SeenIds {
+    /// (hash, where, offset and length of the text in `text`).
+    ids: Vec<(u64, Mark, u32, u16)>,
+    text: Vec<u8>,
+}
+
+impl SeenIds {
+    /// Remembers an id; false when the cap is reached.
+    fn push(&mut self, hash: u64, id: &[u8], mark: Mark) -> bool {
+        if self.ids.len() >= MAX_SEEN_IDS {
+            return false;
+        }
+        let cut = id.get(..MAX_TEXT).unwrap_or(id);
+        let (Ok(off), Ok(len)) = (u32::try_from(self.text.len()), u16::try_from(cut.len())) else {
+            return false;
+        };
+        self.text.extend_from_slice(cut);
+        self.ids.push((hash, mark, off, len));
+        true
+    }
+
+    /// Each id delivered again, with its first delivery and the repeat, in stream order.
+    fn duplicates(&self) -> Vec<DupId> {
+        let mut order: Vec<usize> = (0..self.ids.len()).collect();
+        order.sort_by_key(|&i| (self.ids[i].0, i));
+        let mut dups = Vec::new();
+        for w in order.windows(2) {
+            let (a, b) = (self.ids[w[0]], self.ids[w[1]]);
+            if a.0 == b.0 {
+                let text = self
+                    .text
+                    .get(a.2 as usize..a.2 as usize + a.3 as usize)
+                    .unwrap_or(&[]);
+                dups.push((
+                    w[1],
+                    DupId {
+                        text: cut_text(text),
+                        first: a.1,
+                        again: b.1,
+                    },
+                ));
+            }
+        }
+        dups.sort_by_key(|d| d.0);
+        dups.into_iter().take(MAX_DUPS).map(|d| d.1).collect()
+    }
+}
+
+/// Events of a stream read as they come; later ones wait in [`TailEvents`].
+pub const CLASSIFY_HEAD: u64 = 32;
+/// Bytes of data kept for each held-back event.
+const TAIL_DATA: usize = 4 << 10;
+
+/// An event held back until its stream ends, in buffers reused from event to event.
+#[derive(Debug, Default)]
+struct TailEvent {
+    data: Vec<u8>,
+    event_type: Vec<u8>,
+    id: Option<Vec<u8>>,
+    data_len: u64,
+    data_truncated: bool,
+    integer_id: bool,
+    mark: Mark,
+    event: u64,
+    event_id: Option<u64>,
+}
+
+/// The last [`FACTS_TAIL`] events past the first [`CLASSIFY_HEAD`] of a stream.
+#[derive(Debug, Default)]
+struct TailEvents {
+    events: VecDeque<TailEvent>,
+    /// Events that left the window unread.
+    skipped: u64,
+}
+
+impl TailEvents {
+    fn keep(&mut self, d: &EventData<'_>) {
+        let mut t = if self.events.len() == FACTS_TAIL {
+            self.skipped += 1;
+            self.events.pop_front().unwrap_or_default()
+        } else {
+            TailEvent::default()
+        };
+        let cut = d.data.get(..TAIL_DATA).unwrap_or(d.data);
+        t.data.clear();
+        t.data.extend_from_slice(cut);
+        t.event_type.clear();
+        t.event_type.extend_from_slice(d.event_type);
+        match (d.id, t.id.as_mut()) {
+            (Some(id), Some(buf)) => {
+                buf.clear();
+                buf.extend_from_slice(id);
+            }
+            (Some(id), None) => t.id = Some(id.to_vec()),
+            (None, _) => t.id = None,
+        }
+        t.data_len = d.data_len;
+        t.data_truncated = d.data_truncated || cut.len() < d.data.len();
+        t.integer_id = d.integer_id;
+        t.mark = d.mark;
+        t.event = d.event;
+        t.event_id = d.event_id;
+        self.events.push_back(t);
+    }
+}
+
+/// What one event's data says: responses and server requests, progress, `list_changed`.
+fn read_data(s: &mut StreamSummary, ev: &EventData<'_>) {
+    let (event, event_id_hash, integer_id) = (ev.event, ev.event_id, ev.integer_id);
+    let fact = jsonrpc::classify(ev.data);
+    // Content is compared by type, length, the first and last bytes of the data, and what
+    // makes such an event unique (its JSON-RPC id, or its progress token and value).
+    let content = |kind, unique: &[u8], rpc_id: Option<&[u8]>| {
+        let data = ev.data;
+        let head = data.get(..CONTENT_HEAD).unwrap_or(data);
+        let tail = data
+            .get(data.len().saturating_sub(CONTENT_TAIL).max(head.len())..)
+            .unwrap_or(&[]);
+        ContentFact {
+            hash: fact_hash(&[
+                ev.event_type,
+                &ev.data_len.to_le_bytes(),
+                head,
+                tail,
+                unique,
+                &[u8::from(ev.data_truncated)],
+            ]),
+            kind,
+            rpc_id: rpc_id.map(|id| fact_hash(&[id])),
+            mark: ev.mark,
+            event,
+            event_id: event_id_hash,
+        }
+    };
+    match fact {
+        RpcFact::Response { id } => {
+            s.content.push(content(ContentKind::Response, id, Some(id)));
+        }
+        RpcFact::Request { id } => {
+            s.content.push(content(ContentKind::Request, id, Some(id)));
+        }
+        RpcFact::Progress { token, progress } => {
+            // Progress must increase: one token and value is one notification, whatever
+            // else its data holds. On integer ids the id already tells a re-delivery, so
+            // the content is kept only for events whose ids say nothing.
+            let key = fact_hash(&[token]);
+            if !integer_id {
+                s.content.push(ContentFact {
+                    hash: fact_hash(&[
+                        b"progress",
+                        &key.to_le_bytes(),
+                        &progress.to_bits().to_le_bytes(),
+                    ]),
+                    kind: ContentKind::Progress,
+                    rpc_id: None,
+                    mark: ev.mark,
+                    event,
+                    event_id: event_id_hash,
+                });
+            }
+            track_progress(s, key, token, progress, ev.mark);
+        }
+        RpcFact::ListChanged { method } => {
+            if s.list_changed.len() < MAX_LIST_CHANGED {
+                s.list_changed.push(ListChangedFact {
+                    method: cut_text(method),
+                    mark: ev.mark,
+                    event_id: ev.id.map(|id| (fact_hash(&[id]), cut_text(id))),
+                });
+            } else {
+                s.facts_dropped += 1;
+            }
+        }
+        RpcFact::Other => {}
     }
 }
 
@@ -1083,8 +1337,7 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usiz
     Some(at)
 }
 
-fn track_progress(s: &mut StreamSummary, token: &[u8], value: f64, mark: Mark) {
-    let key = fact_hash(&[token]);
+fn track_progress(s: &mut StreamSummary, key: u64, token: &[u8], value: f64, mark: Mark) {
     let now = ProgressAt { value, mark };
     if let Some(t) = s.progress.iter_mut().find(|t| t.token == key) {
         if value <= t.last.value && t.regressed.is_none() {
@@ -1133,6 +1386,8 @@ impl HttpSink for ExchangeTracker {
         // Event streams are read for session facts; a resume is read even when those are off.
         if head.is_event_stream() && (keep || resumed_from.is_some()) {
             let resume = resumed_from.map(|last_event_id| ResumeFacts {
+                last_is_integer: DecimalId::parse(&last_event_id).is_some(),
+                last_value: small_value(&last_event_id),
                 last_event_id,
                 first_id: None,
                 events: 0,
@@ -1140,7 +1395,7 @@ impl HttpSink for ExchangeTracker {
                 resent_ids: 0,
                 gap_before_first_id: false,
                 priming_ack: None,
-                seen: FactMap::default(),
+                seen: SeenIds::default(),
             });
             ex.stream = Some(StreamState {
                 parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
@@ -1148,6 +1403,8 @@ impl HttpSink for ExchangeTracker {
                     resume,
                     summary: keep.then(Box::default),
                     shape: ShapeState::default(),
+                    tail: TailEvents::default(),
+                    max_value: None,
                     max_id: limits.max_sse_field_bytes,
                 },
             });
