@@ -260,12 +260,10 @@ fn top_level(data: &[u8]) -> TopLevel<'_> {
             }
         } else if is(k, b"method") {
             t.method = m.value().and_then(string_body);
+            let is_progress = progress(t.method);
             match t.method {
-                Some(_) if progress(t.method) => {
-                    if t.params.is_some() {
-                        break;
-                    }
-                }
+                Some(_) if is_progress && t.params.is_some() => break,
+                Some(_) if is_progress => {}
                 // A notification has no id, and only progress needs its params.
                 Some(method) if method.starts_with(b"notifications/") => break,
                 Some(_) if t.id.is_some() => break,

@@ -985,10 +985,9 @@ impl StreamFacts {
             // skipped acknowledgment is the client's own position).
             if let Some(r) = self.resume.as_mut()
                 && !priming
+                && !r.seen.push(hash, id, ev.mark)
             {
-                if !r.seen.push(hash, id, ev.mark) {
-                    s.facts_dropped += 1;
-                }
+                s.facts_dropped += 1;
             }
             if s.first_id.is_none() {
                 set_seen(&mut s.first_id, id, text, ev.mark, id_index);
