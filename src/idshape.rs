@@ -178,17 +178,6 @@ impl IdPattern {
         Some((seq.as_str(), stream))
     }
 
-    /// `id` cut around the counter the pattern finds in it.
-    pub fn split<'a>(&self, id: &'a str) -> Option<Split<'a>> {
-        let caps = self.re.captures(id)?;
-        let seq = caps.name("seq")?;
-        Some(Split {
-            prefix: id.get(..seq.start())?,
-            seq: seq.as_str(),
-            suffix: id.get(seq.end()..)?,
-        })
-    }
-
     /// The counters of two ids of one stream, when both match and name the same stream.
     pub fn pair<'a>(&self, last: &'a str, first: &'a str) -> Option<(&'a str, &'a str)> {
         let (a, ka) = self.parse(last)?;

@@ -1455,3 +1455,333 @@ impl HttpSink for ExchangeTracker {
 pub fn is_integer_id(id: &str) -> bool {
     DecimalId::parse(id).is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One exchange through a tracker: the body cut at `cuts` (offsets, ascending), each piece
+    /// in its own frame.
+    fn exchange(
+        body: &[u8],
+        cuts: &[usize],
+        last: Option<&str>,
+    ) -> (Vec<ResumeRecord>, Vec<ExchangeSummary>) {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            target: "/mcp".into(),
+            session_id: Some("s-1".into()),
+            last_event_id: last.map(str::to_string),
+            first: Mark::new(1, 10),
+            complete: Mark::new(1, 10),
+            ..Default::default()
+        });
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            first: Mark::new(2, 20),
+            complete: Mark::new(2, 20),
+            ..Default::default()
+        });
+        let mut from = 0;
+        let mut frame = 3;
+        for &c in cuts.iter().chain(std::iter::once(&body.len())) {
+            let c = c.min(body.len());
+            if c > from {
+                t.body(0, &body[from..c], Mark::new(frame, frame as i64 * 10));
+                frame += 1;
+                from = c;
+            }
+        }
+        t.body_end(0, BodyEnd::Complete, Mark::new(frame, frame as i64 * 10));
+        (t.resumes, t.summaries)
+    }
+
+    /// The facts of an exchange with every mark blanked: marks name the frame of the piece
+    /// that completed an event, which depends on the split; everything else must not.
+    fn facts(body: &[u8], cuts: &[usize], last: Option<&str>) -> String {
+        let (r, x) = exchange(body, cuts, last);
+        let strip = |_: Mark| Mark::default();
+        let mut x = x;
+        for e in &mut x {
+            if let Some(s) = e.stream.as_deref_mut() {
+                let clean = |f: &mut IdSeen| f.mark = strip(f.mark);
+                s.first_id.as_mut().map(clean);
+                s.last_id.as_mut().map(clean);
+                s.max_int_id.as_mut().map(clean);
+                let ids: Vec<IdFact> = s
+                    .id_facts
+                    .iter()
+                    .map(|f| IdFact {
+                        mark: Mark::default(),
+                        ..f.clone()
+                    })
+                    .collect();
+                s.id_facts = HeadTail::default();
+                for f in ids {
+                    s.id_facts.push(f);
+                }
+                let content: Vec<ContentFact> = s
+                    .content
+                    .iter()
+                    .map(|f| ContentFact {
+                        mark: Mark::default(),
+                        ..f.clone()
+                    })
+                    .collect();
+                s.content = HeadTail::default();
+                for f in content {
+                    s.content.push(f);
+                }
+                for p in &mut s.progress {
+                    for a in [&mut p.first, &mut p.last, &mut p.max] {
+                        a.mark = Mark::default();
+                    }
+                    p.regressed = p.regressed.map(|(mut a, mut b)| {
+                        a.mark = Mark::default();
+                        b.mark = Mark::default();
+                        (a, b)
+                    });
+                }
+                for l in &mut s.list_changed {
+                    l.mark = Mark::default();
+                }
+                for r in &mut s.retry {
+                    r.1 = Mark::default();
+                }
+                for d in &mut s.dup_ids {
+                    d.first = Mark::default();
+                    d.again = Mark::default();
+                }
+                if let Some(a) = s.resume_ack.as_mut() {
+                    a.1 = Mark::default();
+                }
+            }
+            e.end = None;
+        }
+        let r: Vec<_> = r
+            .into_iter()
+            .map(|r| {
+                (
+                    r.decision.verdict,
+                    r.first_event_id,
+                    r.priming_ack.is_some(),
+                    r.resent_ids,
+                    r.stream_events,
+                    r.resume_ack.map(|a| a.0),
+                    r.retry.iter().map(|x| x.0).collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        format!("{r:?}\n{x:?}")
+    }
+
+    fn stream_body() -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(b"id: 7\r\ndata:\r\nretry: 500\r\n\r\n");
+        b.extend_from_slice(b"event: resume\ndata: {\"lastEventId\":\"7\"}\n\n");
+        for n in 8..60u32 {
+            let data = match n % 4 {
+                0 => format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{}}}}}"#,
+                    n % 20
+                ),
+                1 => format!(r#"{{"jsonrpc":"2.0","id":{n},"result":{{}}}}"#),
+                2 => r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.into(),
+                _ => format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"data":"{n}"}}}}"#
+                ),
+            };
+            let id = if n == 30 { 29 } else { n };
+            b.extend_from_slice(format!("id: {id}\ndata: {data}\n\n").as_bytes());
+        }
+        b.extend_from_slice(b"retry: 3000\nid: 60\ndata: x\n\n");
+        b
+    }
+
+    #[test]
+    fn facts_do_not_depend_on_how_the_body_is_split() {
+        let body = stream_body();
+        for last in [None, Some("7")] {
+            let whole = facts(&body, &[], last);
+            let bytewise: Vec<usize> = (1..body.len()).collect();
+            assert_eq!(facts(&body, &bytewise, last), whole);
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..20 {
+                let mut cuts = Vec::new();
+                let mut at = 0;
+                while at < body.len() {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    at += 1 + (seed % 97) as usize;
+                    cuts.push(at);
+                }
+                assert_eq!(facts(&body, &cuts, last), whole, "cuts {cuts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_one_stream_tells() {
+        let (r, x) = exchange(&stream_body(), &[], Some("7"));
+        let r = &r[0];
+        // The priming event repeats Last-Event-ID: skipped; the next id decides.
+        assert_eq!(r.first_event_id.as_deref(), Some("8"));
+        assert_eq!(r.decision.verdict, Verdict::Correct);
+        assert!(r.priming_ack.is_some());
+        assert_eq!(r.resume_ack.as_ref().map(|a| a.0.as_str()), Some("7"));
+        assert_eq!(r.retry.iter().map(|x| x.0).collect::<Vec<_>>(), [500, 3000]);
+        let s = x[0].stream.as_deref().unwrap();
+        assert_eq!(s.events, 55);
+        assert_eq!(s.priming, 1);
+        assert_eq!(s.first_id.as_ref().unwrap().text, "7");
+        assert_eq!(s.last_id.as_ref().unwrap().text, "60");
+        assert_eq!(s.max_int_id.as_ref().unwrap().text, "60");
+        // Id 29 came twice (at 29 and at 30).
+        assert_eq!(s.dup_ids.len(), 1);
+        assert_eq!(s.dup_ids[0].text, "29");
+        // Kept facts are capped: the first and the last ones.
+        let kept: Vec<u64> = s.id_facts.iter().map(|f| f.id_index).collect();
+        assert_eq!(kept.len(), FACTS_HEAD + FACTS_TAIL);
+        assert_eq!(kept[0], 0);
+        assert_eq!(*kept.last().unwrap(), s.ids - 1);
+        assert!(s.id_facts.dropped > 0);
+        // Progress 8, 12, 16 (the events read at once), then the tail: it went back (20 → 0).
+        let p = &s.progress[0];
+        assert_eq!(p.token_text, "\"t\"");
+        assert!(p.regressed.is_some());
+        assert!(!s.list_changed.is_empty());
+        assert!(s.list_changed[0].method.ends_with("/list_changed"));
+        // Responses are distinctive content; progress on integer ids is not kept as content.
+        assert!(s.content.iter().all(|c| c.kind == ContentKind::Response));
+    }
+
+    #[test]
+    fn a_fresh_priming_id_counts_and_a_repeat_mid_stream_is_no_duplicate() {
+        let body = b"id: 8\ndata:\n\nid: 9\ndata: a\n\nid: 8\ndata:\n\nid: 10\ndata: b\n\n";
+        let (r, x) = exchange(body, &[], Some("7"));
+        assert_eq!(r[0].first_event_id.as_deref(), Some("8"));
+        assert_eq!(r[0].decision.verdict, Verdict::Correct);
+        assert!(r[0].priming_ack.is_none());
+        assert!(x[0].stream.as_deref().unwrap().dup_ids.is_empty());
+        // Only the priming acknowledgment and nothing after it: still no id delivered.
+        let (r, _) = exchange(b"id: 7\ndata:\n\n", &[], Some("7"));
+        assert_eq!(r[0].decision.verdict, Verdict::Empty);
+        assert!(r[0].priming_ack.is_some());
+    }
+
+    #[test]
+    fn shapes_are_tallied_per_pair_and_restart_after_a_gap() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            session_id: Some("s".into()),
+            ..Default::default()
+        });
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            ..Default::default()
+        });
+        t.body(
+            0,
+            b"id: Ab_1\ndata: x\n\nid: Ab_2\ndata: x\n\nid: Ab_3\ndata: x\n\n",
+            Mark::new(3, 0),
+        );
+        t.body_gap(0, 10, Mark::new(4, 0));
+        // After the hole: a blank line resynchronizes, then a jump that is no contradiction.
+        t.body(
+            0,
+            b"\n\nid: Ab_9\ndata: x\n\nid: Ab_11\ndata: x\n\n",
+            Mark::new(5, 0),
+        );
+        t.body_end(0, BodyEnd::Complete, Mark::new(6, 0));
+        let s = t.summaries[0].stream.as_deref().unwrap();
+        assert_eq!(s.shapes.len(), 1);
+        let tally = &s.shapes[0];
+        assert_eq!((tally.prefix.as_str(), tally.suffix.as_str()), ("Ab_", ""));
+        assert_eq!((tally.support, tally.breaks), (2, 1));
+        assert_eq!(s.gaps, 1);
+    }
+
+    #[test]
+    fn sessions_come_from_headers_urls_or_endpoint_events() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        t.request(RequestHead {
+            exchange: 0,
+            method: "POST".into(),
+            target: "/messages?sessionId=abc".into(),
+            ..Default::default()
+        });
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 202,
+            ..Default::default()
+        });
+        t.body_end(0, BodyEnd::Complete, Mark::new(2, 0));
+        t.request(RequestHead {
+            exchange: 1,
+            method: "GET".into(),
+            target: "/sse".into(),
+            ..Default::default()
+        });
+        t.response(ResponseHead {
+            exchange: 1,
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            ..Default::default()
+        });
+        t.body(
+            1,
+            b"event: endpoint\ndata: /messages/?session_id=def\n\n",
+            Mark::new(4, 0),
+        );
+        t.body_end(1, BodyEnd::Complete, Mark::new(5, 0));
+        let ids: Vec<_> = t.summaries.iter().map(|x| x.session_id.clone()).collect();
+        assert_eq!(ids, [Some("abc".to_string()), Some("def".to_string())]);
+        assert!(t.session_ids.contains("abc") && t.session_ids.contains("def"));
+    }
+
+    #[test]
+    fn non_session_traffic_keeps_no_summary() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            target: "/index.html".into(),
+            ..Default::default()
+        });
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 200,
+            content_type: Some("text/html".into()),
+            ..Default::default()
+        });
+        t.body(0, b"<html>", Mark::new(2, 0));
+        t.body_end(0, BodyEnd::Complete, Mark::new(3, 0));
+        assert!(t.summaries.is_empty());
+    }
+
+    #[test]
+    fn fact_hash_sees_lengths_and_every_byte() {
+        let h = |p: &[&[u8]]| fact_hash(p);
+        assert_eq!(h(&[b"abc"]), h(&[b"abc"]));
+        assert_ne!(h(&[b"ab", b"c"]), h(&[b"a", b"bc"]));
+        assert_ne!(h(&[b""]), h(&[]));
+        let long: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+        for i in 0..long.len() {
+            let mut other = long.clone();
+            other[i] ^= 1;
+            assert_ne!(h(&[&long]), h(&[&other]), "byte {i}");
+        }
+        for n in 0..40 {
+            assert_ne!(h(&[&long[..n]]), h(&[&long[..n + 1]]));
+        }
+    }
+}

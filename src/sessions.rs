@@ -752,12 +752,9 @@ fn audit_resume<'a>(
             .as_ref()
             .and_then(|p| p.pair(&last, first).map(|(a, b)| (p.source(), a, b)));
         if let Some((source, a, b)) = pattern {
-            let (pre, suf) = opts
-                .id_pattern
-                .as_ref()
-                .and_then(|p| p.split(&last))
-                .map_or(("", ""), |sp| (sp.prefix, sp.suffix));
-            r.decision = decide_structured(a, b, pre, suf);
+            // What surrounds the counter may vary from id to id under a user's pattern, so
+            // the lost range is given as counters.
+            r.decision = decide_structured(a, b, "", "");
             r.forensic.id_shape = Some(source.to_string());
             r.forensic.evidence = Some(Evidence {
                 how: EvidenceKind::IdPattern,
@@ -1535,5 +1532,300 @@ fn view(
         exchanges_omitted: members.len().saturating_sub(MAX_VIEW_EXCHANGES) as u64,
         resumes,
         findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
+    use crate::session::{ConnectionRef, ExchangeTracker};
+
+    /// A capture built exchange by exchange: each on its own connection, frames in order.
+    #[derive(Default)]
+    struct Cap {
+        frame: u64,
+        conn: u64,
+        resumes: Vec<ResumeRecord>,
+        xs: Vec<ExchangeSummary>,
+    }
+
+    impl Cap {
+        /// One exchange answered `status`; a 200 is an event stream of `(id, data)` events,
+        /// one per frame, that ends on the wire.
+        fn ex(
+            &mut self,
+            method: &str,
+            sid: &str,
+            last: Option<&str>,
+            status: u16,
+            events: &[(&str, &str)],
+        ) -> u64 {
+            let mut t = ExchangeTracker::new(&Limits::default());
+            self.frame += 1;
+            let request = self.frame;
+            t.request(RequestHead {
+                exchange: 0,
+                method: method.into(),
+                target: "/mcp".into(),
+                session_id: Some(sid.into()),
+                last_event_id: last.map(str::to_string),
+                first: Mark::new(request, request as i64),
+                complete: Mark::new(request, request as i64),
+                ..Default::default()
+            });
+            self.frame += 1;
+            t.response(ResponseHead {
+                exchange: 0,
+                status,
+                content_type: Some(if status == 200 {
+                    "text/event-stream".into()
+                } else {
+                    "application/json".into()
+                }),
+                first: Mark::new(self.frame, self.frame as i64),
+                complete: Mark::new(self.frame, self.frame as i64),
+                ..Default::default()
+            });
+            for (id, data) in events {
+                self.frame += 1;
+                let text = if data.is_empty() {
+                    format!("id: {id}\ndata:\n\n")
+                } else {
+                    format!("id: {id}\ndata: {data}\n\n")
+                };
+                t.body(0, text.as_bytes(), Mark::new(self.frame, self.frame as i64));
+            }
+            self.frame += 1;
+            t.body_end(
+                0,
+                BodyEnd::Complete,
+                Mark::new(self.frame, self.frame as i64),
+            );
+            let at = ConnectionRef {
+                tcp_stream: Some(self.conn),
+                ..Default::default()
+            };
+            self.conn += 1;
+            for mut r in t.resumes.drain(..) {
+                r.connection = at.clone();
+                self.resumes.push(r);
+            }
+            for mut x in t.summaries.drain(..) {
+                x.connection = at.clone();
+                self.xs.push(x);
+            }
+            request
+        }
+
+        fn run(mut self, opts: &Options) -> (Vec<ResumeRecord>, Outcome) {
+            let out = analyze(&mut self.resumes, self.xs, opts);
+            (self.resumes, out)
+        }
+    }
+
+    fn kinds(r: &ResumeRecord) -> Vec<FindingKind> {
+        r.forensic.findings.iter().map(|f| f.kind).collect()
+    }
+
+    const MSG: &str = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+
+    #[test]
+    fn a_shape_contradicted_anywhere_in_the_session_decides_nothing() {
+        let mut c = Cap::default();
+        c.ex(
+            "GET",
+            "s",
+            None,
+            200,
+            &[("k_1", MSG), ("k_2", MSG), ("k_4", MSG)],
+        );
+        c.ex("GET", "s", Some("k_4"), 200, &[("k_5", MSG)]);
+        let (r, _) = c.run(&Options::default());
+        assert_eq!(r[0].decision.verdict, Verdict::Unverifiable);
+        assert_eq!(r[0].forensic.id_shape, None);
+
+        let mut c = Cap::default();
+        c.ex(
+            "GET",
+            "s",
+            None,
+            200,
+            &[("k_1", MSG), ("k_2", MSG), ("k_3", MSG)],
+        );
+        c.ex("GET", "s", Some("k_3"), 200, &[("k_4", MSG)]);
+        let (r, _) = c.run(&Options::default());
+        assert_eq!(r[0].decision.verdict, Verdict::Correct);
+        assert_eq!(r[0].forensic.id_shape.as_deref(), Some("k_{seq}"));
+    }
+
+    #[test]
+    fn the_same_integer_on_another_stream_is_not_the_same_event() {
+        let mut c = Cap::default();
+        c.ex("POST", "s", None, 200, &[("1", MSG), ("2", MSG)]);
+        c.ex("GET", "s", None, 200, &[("1", MSG), ("2", MSG), ("3", MSG)]);
+        c.ex(
+            "GET",
+            "s",
+            Some("3"),
+            200,
+            &[("1", MSG), ("2", MSG), ("3", MSG), ("4", MSG)],
+        );
+        let (r, _) = c.run(&Options::default());
+        assert_eq!(r[0].decision.verdict, Verdict::Replayed);
+        let e = r[0].forensic.evidence.as_ref().unwrap();
+        assert_eq!(e.how, EvidenceKind::IdRedelivered);
+        // The first delivery cited is on the GET stream the cursor came from (connection 1).
+        assert_eq!(e.cites[0].tcp_stream, Some(1));
+        assert!(!kinds(&r[0]).contains(&FindingKind::DuplicateDelivery));
+    }
+
+    #[test]
+    fn ids_resent_after_a_stale_cursor_are_no_replay() {
+        let mut c = Cap::default();
+        let u = [
+            "6f1c0a2e-1b7d-4c2a-9f1c-0d8e7b6a5c41",
+            "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+        ];
+        let w = "c0ffee00-1234-4abc-8def-0123456789ab";
+        c.ex("GET", "s", None, 200, &[(u[0], MSG), (u[1], MSG), (w, MSG)]);
+        // The client says u[1] although w came after it: the server re-sends w, rightly.
+        c.ex("GET", "s", Some(u[1]), 200, &[(w, MSG)]);
+        let (r, _) = c.run(&Options::default());
+        assert_eq!(r[0].decision.verdict, Verdict::Unverifiable);
+        assert!(r[0].forensic.evidence.is_none());
+        let cursor = r[0].forensic.cursor.as_ref().unwrap();
+        assert_eq!(cursor.status, CursorStatus::Stale);
+        assert_eq!(cursor.behind_by, Some(1));
+        assert_eq!(kinds(&r[0]), [FindingKind::CursorStale]);
+    }
+
+    #[test]
+    fn a_leak_needs_distinctive_ids_and_a_known_namespace() {
+        let a_ids = [
+            "3f2a9c1e-5b7d-4e2a-9f1c-0d8e7b6a5c4d",
+            "8e1d2c3b-4a5f-4e6d-8c7b-9a0f1e2d3c4b",
+        ];
+        let b_own = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
+        // B's own ids seen before: A's id in B's resumed stream is a leak.
+        let mut c = Cap::default();
+        c.ex("GET", "a", None, 200, &[(a_ids[0], MSG), (a_ids[1], MSG)]);
+        c.ex("GET", "b", None, 200, &[(b_own, MSG)]);
+        c.ex("GET", "b", Some(b_own), 200, &[(a_ids[1], MSG)]);
+        let (r, _) = c.run(&Options::default());
+        let leak = r[0]
+            .forensic
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::CrossSessionLeak)
+            .expect("leak");
+        assert_eq!(leak.other_session_id.as_deref(), Some("a"));
+        assert_eq!(leak.severity, Severity::Error);
+        assert_eq!(leak.cites[0].session_id.as_deref(), Some("a"));
+
+        // B delivered nothing of its own: its namespace is unknown, no accusation.
+        let mut c = Cap::default();
+        c.ex("GET", "a", None, 200, &[(a_ids[0], MSG), (a_ids[1], MSG)]);
+        c.ex("GET", "b", Some("whatever"), 200, &[(a_ids[1], MSG)]);
+        let (r, _) = c.run(&Options::default());
+        assert!(!kinds(&r[0]).contains(&FindingKind::CrossSessionLeak));
+
+        // Per-session counters: the same id in two sessions is by design.
+        let mut c = Cap::default();
+        c.ex(
+            "GET",
+            "a",
+            None,
+            200,
+            &[("event-1", MSG), ("event-2", MSG), ("event-3", MSG)],
+        );
+        c.ex("GET", "b", None, 200, &[("event-1", MSG), ("event-2", MSG)]);
+        c.ex("GET", "b", Some("event-2"), 200, &[("event-3", MSG)]);
+        let (r, _) = c.run(&Options::default());
+        assert!(!kinds(&r[0]).contains(&FindingKind::CrossSessionLeak));
+        assert_eq!(r[0].decision.verdict, Verdict::Correct);
+    }
+
+    #[test]
+    fn the_answer_does_not_depend_on_the_order_summaries_arrive_in() {
+        let mut c = Cap::default();
+        c.ex(
+            "POST",
+            "s",
+            None,
+            200,
+            &[("p_0", ""), ("p_1", MSG), ("p_2", MSG)],
+        );
+        c.ex("GET", "s", None, 200, &[("g_0", ""), ("g_1", MSG)]);
+        c.ex(
+            "GET",
+            "s",
+            Some("p_2"),
+            200,
+            &[("p_1", MSG), ("p_2", MSG), ("p_3", MSG)],
+        );
+        c.ex("GET", "t", Some("zz"), 404, &[]);
+        let (mut resumes, xs) = (c.resumes.clone(), c.xs.clone());
+        let first = analyze(&mut resumes, xs.clone(), &Options::default());
+        let mut rev = xs;
+        rev.reverse();
+        let mut resumes2 = c.resumes.clone();
+        resumes2.reverse();
+        let second = analyze(&mut resumes2, rev, &Options::default());
+        resumes2.reverse();
+        assert_eq!(resumes, resumes2);
+        assert_eq!(first.findings, second.findings);
+        assert_eq!(resumes[0].decision.verdict, Verdict::Replayed);
+        assert_eq!(
+            resumes[0].forensic.id_shape.as_deref(),
+            Some("{stream}_{seq}")
+        );
+    }
+
+    #[test]
+    fn cursor_lost_follows_the_standalone_stream_only() {
+        // A request stream's resume is refused; the standalone stream, which never got an
+        // id, reconnects without Last-Event-ID: nothing was lost.
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[]);
+        c.ex("POST", "s", None, 200, &[("p1", MSG), ("p2", MSG)]);
+        c.ex("GET", "s", Some("p2"), 404, &[]);
+        c.ex("GET", "s", None, 200, &[]);
+        let (_, out) = c.run(&Options::default());
+        assert!(out.findings.is_empty(), "{:?}", out.findings);
+
+        // The standalone stream delivered an id and ended; the reconnect has no cursor.
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[("g1", MSG)]);
+        let again = c.ex("GET", "s", None, 200, &[]);
+        let (_, out) = c.run(&Options::default());
+        assert_eq!(out.findings.len(), 1);
+        assert_eq!(out.findings[0].kind, FindingKind::CursorLost);
+        assert_eq!(out.findings[0].cites[0].mark.frame, again);
+    }
+
+    #[test]
+    fn a_user_pattern_decides_and_names_itself() {
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[("e1.x9", MSG)]);
+        c.ex("GET", "s", Some("e1.x9"), 200, &[("e5.q2", MSG)]);
+        let opts = Options {
+            id_pattern: Some(IdPattern::new(r"e(?P<seq>\d+)\.\w+").unwrap()),
+            views: true,
+        };
+        let (r, out) = c.run(&opts);
+        assert_eq!(r[0].decision.verdict, Verdict::GapSkipped);
+        let lost = r[0].decision.lost.as_ref().unwrap();
+        assert_eq!(
+            (lost.from.as_str(), lost.to.as_str(), lost.count),
+            ("2", "4", Some(3))
+        );
+        assert_eq!(
+            r[0].forensic.id_shape.as_deref(),
+            Some(r"e(?P<seq>\d+)\.\w+")
+        );
+        assert_eq!(out.views.len(), 1);
+        assert_eq!(out.views[0].exchanges.len(), 2);
+        assert_eq!(out.views[0].resumes[0].verdict, Verdict::GapSkipped);
     }
 }
