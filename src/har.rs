@@ -95,8 +95,12 @@ pub fn analyze_har_bounded<R: Read>(
             .unwrap_or_default(),
         limits: &opts.limits,
         report,
+        summaries: Vec::new(),
     };
-    if let Err(e) = walk(&mut scan, &mut run, max_entry_bytes) {
+    let walked = walk(&mut scan, &mut run, max_entry_bytes);
+    let summaries = std::mem::take(&mut run.summaries);
+    crate::pipeline::session_stage(run.report, summaries, opts);
+    if let Err(e) = walked {
         let text = match e.entry {
             Some(i) => format!(
                 "{name}: entry {i}: offset {}: {}; the entries before it were analyzed",
@@ -627,6 +631,8 @@ struct HarRun<'r> {
     dir: PathBuf,
     limits: &'r Limits,
     report: &'r mut InputReport,
+    /// Exchange summaries for the session stage, run once the document is read.
+    summaries: Vec<crate::session::ExchangeSummary>,
 }
 
 impl HarRun<'_> {
@@ -747,6 +753,10 @@ impl HarRun<'_> {
                 har_entry: Some(index),
             };
             self.report.resumes.push(r);
+        }
+        for mut x in tracker.summaries.drain(..) {
+            x.connection.har_entry = Some(index);
+            self.summaries.push(x);
         }
         Ok(())
     }

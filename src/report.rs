@@ -521,7 +521,7 @@ pub fn write_human_input<W: Write + ?Sized>(
                 writeln!(out, "    proof: {}", e.detail)?;
             }
             if let Some(c) = &r.forensic.cursor
-                && c.status != CursorStatus::Consistent
+                && matches!(c.status, CursorStatus::Stale | CursorStatus::Ahead)
             {
                 writeln!(out, "    client cursor: {}", c.detail)?;
             }
