@@ -375,3 +375,85 @@ fn plain_run_has_no_session_records() {
     assert_eq!(got.findings.len(), 2);
     assert_eq!(got.summary["findings"]["cursor_lost"], 2);
 }
+
+/// Every frame a finding, an evidence or a cursor cites lies in the `tcp.stream` it names, as
+/// Wireshark numbers them (skipped, with a message, when tshark is not installed).
+#[test]
+fn cited_frames_are_where_wireshark_puts_them() {
+    let tshark = Command::new("tshark").arg("--version").output();
+    if !tshark.is_ok_and(|o| o.status.success()) {
+        eprintln!("tshark not installed: cited frames not cross-checked");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut caps: Vec<PathBuf> = Vec::new();
+    for sub in ["forensic", "real"] {
+        for e in std::fs::read_dir(root.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pcap" | "pcapng")
+            ) {
+                caps.push(p);
+            }
+        }
+    }
+    caps.sort();
+    let mut checked = 0;
+    for cap in &caps {
+        let got = run(&["--sessions", cap.to_str().unwrap()]);
+        let mut cites: Vec<Value> = Vec::new();
+        let mut collect = |v: &Value| {
+            if let Some(c) = v["cites"].as_array() {
+                cites.extend(c.iter().cloned());
+            }
+            if v["resume"].is_object() {
+                cites.push(v["resume"].clone());
+            }
+        };
+        for r in &got.resumes {
+            r["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .for_each(&mut collect);
+            if let Some(e) = r.get("evidence") {
+                collect(e);
+            }
+            if r["cursor"].is_object() {
+                collect(&r["cursor"]);
+            }
+        }
+        got.findings.iter().for_each(&mut collect);
+        if cites.is_empty() {
+            continue;
+        }
+        let out = Command::new("tshark")
+            .args(["-n", "-r"])
+            .arg(cap)
+            .args(["-T", "fields", "-e", "frame.number", "-e", "tcp.stream"])
+            .output()
+            .unwrap();
+        let streams: std::collections::HashMap<u64, u64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split('\t');
+                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+            })
+            .collect();
+        for c in &cites {
+            let (Some(frame), Some(stream)) = (c["frame"].as_u64(), c["tcp_stream"].as_u64())
+            else {
+                continue;
+            };
+            assert_eq!(
+                streams.get(&frame),
+                Some(&stream),
+                "{}: {c} is not where tshark puts frame {frame}",
+                cap.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} cites checked");
+}
