@@ -395,10 +395,10 @@ impl HttpConnection {
         };
         if let Some(start) = last_line {
             let line = input.get(start..).unwrap_or_default();
-            if !line.is_empty()
-                && line.len() <= self.max_header_bytes
-                && StartLineScan::new().feed(line) == ScanOutcome::NeedMore
-            {
+            // A candidate longer than the head limit is still handed to the head state, which
+            // reports it as too large: deciding by its length here would make the answer
+            // depend on how much of the line one call happens to hold.
+            if !line.is_empty() && StartLineScan::new().feed(line) == ScanOutcome::NeedMore {
                 return self.resync_found(d, start, mark, sink);
             }
         }
