@@ -134,6 +134,12 @@ fn catalog() -> Vec<Fixture> {
             build: verdict_rejected_405,
         },
         Fixture {
+            name: "verdict-unverifiable-client-aborted",
+            pcapng: false,
+            about: "`unverifiable`: 200 event stream, no event yet when the client resets the connection; nothing proves the stream was empty.",
+            build: verdict_client_aborted,
+        },
+        Fixture {
             name: "verdict-empty",
             pcapng: false,
             about: "`empty`: `200` event stream with no event at all, then the server's FIN.",
@@ -454,6 +460,14 @@ fn verdict_empty(out: Out<'_>) -> io::Result<Vec<ExpectedResume>> {
         out,
         "sess-empty-e3f1",
         Resume::new("4417", stream(&[], StreamClose::ServerFin)),
+    )
+}
+
+fn verdict_client_aborted(out: Out<'_>) -> io::Result<Vec<ExpectedResume>> {
+    simple(
+        out,
+        "sess-abort-0d2c",
+        Resume::new("4417", stream(&[], StreamClose::ClientReset)),
     )
 }
 

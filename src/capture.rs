@@ -394,13 +394,8 @@ impl<R: Read> CaptureReader<R> {
                 self.section_or_interface(endian, block_type, block_len)?;
                 Next::Again
             }
-            OBSOLETE_PB => {
-                // A packet record all the same: it counts as a frame, but carries nothing we
-                // read (the obsolete Packet Block is not written by current tools).
-                self.skipped_records += 1;
-                self.frame += 1;
-                Next::Again
-            }
+            // The obsolete Packet Block is not written by current tools.
+            OBSOLETE_PB => self.unreadable_packet(),
             _ => Next::Again,
         };
         // The packet's bytes stay valid in the buffer: consuming only moves `start`, and nothing
@@ -457,6 +452,14 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
+    /// A packet record that cannot be read (no interface to give it a link type, or an obsolete
+    /// block): it still counts as a frame, as Wireshark counts it, so later frame numbers match.
+    fn unreadable_packet(&mut self) -> Next {
+        self.skipped_records += 1;
+        self.frame += 1;
+        Next::Again
+    }
+
     fn interface(&self, id: u32) -> Option<Interface> {
         match &self.format {
             Format::PcapNg { interfaces, .. } => interfaces.get(id as usize).copied(),
@@ -484,11 +487,7 @@ impl<R: Read> CaptureReader<R> {
             )));
         }
         let Some(iface) = self.interface(if_id) else {
-            // Counted as a frame (Wireshark shows it too), but without an interface there is no
-            // link type to read it by.
-            self.skipped_records += 1;
-            self.frame += 1;
-            return Ok(Next::Again);
+            return Ok(self.unreadable_packet());
         };
         Ok(Next::Packet(Found {
             time_ns: iface.time_ns(ts),
@@ -513,9 +512,7 @@ impl<R: Read> CaptureReader<R> {
         let orig_len = endian.u32(&b[8..12]);
         let caplen = (orig_len as usize).min(block_len - 16);
         let Some(iface) = self.interface(0) else {
-            self.skipped_records += 1;
-            self.frame += 1;
-            return Ok(Next::Again);
+            return Ok(self.unreadable_packet());
         };
         Ok(Next::Packet(Found {
             // A simple packet block has no timestamp.

@@ -322,6 +322,8 @@ struct Conn {
 
 /// Feeds reassembled bytes to the HTTP parser, remembering how each direction ended.
 struct Bridge<'a> {
+    /// Direction of the packet being processed, when it carries a RST.
+    rst_from: Option<Direction>,
     http: &'a mut HttpConnection,
     tracker: &'a mut ExchangeTracker,
     ends: &'a mut [Option<StreamEnd>; 2],
@@ -341,6 +343,12 @@ impl StreamSink for Bridge<'_> {
         }
     }
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+        // Who reset matters: a stream cut by its own sender ended there; one cut by the
+        // receiver may have had more to come.
+        let how = match (how, self.rst_from) {
+            (StreamEnd::Rst, Some(from)) if from != dir => StreamEnd::PeerRst,
+            _ => how,
+        };
         self.ends[dir.index()] = Some(how);
         self.http.end(dir, how, mark, self.tracker);
     }
@@ -392,14 +400,19 @@ impl Shard {
             mark: m.mark,
         };
         let mut bridge = Bridge {
+            rst_from: m.flags.rst.then_some(m.dir),
             http: &mut c.http,
             tracker: &mut c.tracker,
             ends: &mut c.ends,
             gaps: &mut c.gaps,
         };
         c.tcp.segment(m.dir, &seg, &mut bridge);
-        if c.tcp.is_closed() || (c.http.is_abandoned() && (m.flags.rst || m.flags.fin)) {
+        if c.tcp.is_closed() {
             self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
+        } else if c.http.is_abandoned() {
+            // Not HTTP (or no longer): its state goes now, and its later packets find no
+            // connection, so they cost one lookup each.
+            self.close(m.stream, StreamEnd::Abandoned, m.mark);
         }
     }
 
@@ -409,6 +422,7 @@ impl Shard {
             return;
         };
         let mut bridge = Bridge {
+            rst_from: None,
             http: &mut c.http,
             tracker: &mut c.tracker,
             ends: &mut c.ends,

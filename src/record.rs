@@ -49,8 +49,11 @@ impl Direction {
 pub enum StreamEnd {
     /// A FIN was seen and every byte before it was delivered (or reported as a gap).
     Fin,
-    /// A RST was seen.
+    /// A RST was seen from this direction's sender.
     Rst,
+    /// A RST was seen from the other side: the receiver aborted the connection, so this
+    /// direction's sender may have had more to say.
+    PeerRst,
     /// The capture ended while the connection was still open.
     CaptureEnd,
     /// The connection was dropped to respect `Limits::max_connections`.
@@ -63,7 +66,7 @@ impl StreamEnd {
     /// True when the end was seen on the wire, so "nothing more came" is a fact of the traffic
     /// rather than of the capture.
     pub fn seen_on_wire(self) -> bool {
-        matches!(self, StreamEnd::Fin | StreamEnd::Rst)
+        matches!(self, StreamEnd::Fin | StreamEnd::Rst | StreamEnd::PeerRst)
     }
 }
 

@@ -85,6 +85,7 @@ fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
         BodyEnd::Complete => "complete",
         BodyEnd::Stream(Fin) => "fin",
         BodyEnd::Stream(Rst) => "rst",
+        BodyEnd::Stream(PeerRst) => "client_rst",
         BodyEnd::Stream(CaptureEnd) => "capture_end",
         BodyEnd::Stream(Evicted) => "evicted",
         BodyEnd::Stream(Abandoned) => "abandoned",
@@ -125,7 +126,10 @@ pub fn write_resume<W: Write>(out: &mut W, input: &str, r: &ResumeRecord) -> std
         response_content_type: r.content_type.as_deref(),
         response_frame: r.response.and_then(frame),
         first_event_frame: r.first_event.and_then(frame),
-        first_event_time: r.first_event.filter(|_| !har).map(|m| rfc3339_micros(m.time_ns)),
+        first_event_time: r
+            .first_event
+            .filter(|_| !har)
+            .map(|m| rfc3339_micros(m.time_ns)),
         events_before_first_id: r.events_before_first_id,
         stream_events: r.stream_events,
         stream_end: body_end_name(r.stream_end),

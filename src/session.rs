@@ -14,7 +14,7 @@ use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
 use crate::sse::SseParser;
-use crate::verdict::{self, DecimalId, Decision, ResponseFacts, StreamOutcome, Verdict};
+use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
 
 /// Where an exchange happened, as the report cites it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,14 +129,18 @@ impl ExchangeTracker {
                 {
                     parser.finish(mark);
                 }
-                let closed_on_wire =
-                    server_end.is_some_and(StreamEnd::seen_on_wire) && !server_gaps;
-                self.decide(ex, closed_on_wire, mark);
+                let no_answer = match server_end {
+                    _ if server_gaps => NoAnswer::NotCaptured,
+                    Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
+                    Some(StreamEnd::PeerRst) => NoAnswer::ClientAborted,
+                    _ => NoAnswer::NotCaptured,
+                };
+                self.decide(ex, no_answer, mark);
             }
         }
     }
 
-    fn decide(&mut self, ex: OpenExchange, closed_on_wire: bool, mark: Mark) {
+    fn decide(&mut self, ex: OpenExchange, no_answer: NoAnswer, mark: Mark) {
         let Some(request) = ex.request else { return };
         let Some(last_event_id) = request.last_event_id.clone() else {
             return;
@@ -147,7 +151,7 @@ impl ExchangeTracker {
             .or_else(|| ex.response.as_ref().and_then(|r| r.session_id.clone()));
         let stream_end = ex.end.map(|(how, _)| how);
         let facts = match &ex.response {
-            None => ResponseFacts::Missing { closed_on_wire },
+            None => ResponseFacts::Missing(no_answer),
             Some(resp) => {
                 let stream = ex.stream.as_ref();
                 ResponseFacts::Answered {
@@ -184,11 +188,13 @@ impl ExchangeTracker {
         let last_proof = first_mark
             .or(ex.end.map(|(_, m)| m))
             .or(ex.response.as_ref().map(|r| r.complete))
-            .unwrap_or(if ex.response.is_none() && closed_on_wire {
-                mark
-            } else {
-                request.complete
-            });
+            .unwrap_or(
+                if ex.response.is_none() && no_answer != NoAnswer::NotCaptured {
+                    mark
+                } else {
+                    request.complete
+                },
+            );
         let stream = ex.stream.as_ref();
         self.resumes.push(ResumeRecord {
             session_id,
@@ -231,6 +237,7 @@ impl ExchangeTracker {
 fn outcome_of(end: BodyEnd) -> StreamOutcome {
     match end {
         BodyEnd::Complete => StreamOutcome::EndedOnWire,
+        BodyEnd::Stream(StreamEnd::PeerRst) => StreamOutcome::ClientAborted,
         BodyEnd::Stream(how) if how.seen_on_wire() => StreamOutcome::EndedOnWire,
         BodyEnd::Stream(_) => StreamOutcome::NotSeenToEnd,
         BodyEnd::LostSync => StreamOutcome::LostSync,
@@ -342,7 +349,7 @@ impl HttpSink for ExchangeTracker {
             parser.finish(mark);
         }
         ex.end = Some((how, mark));
-        self.decide(ex, false, mark);
+        self.decide(ex, NoAnswer::NotCaptured, mark);
     }
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {

@@ -1391,7 +1391,7 @@ pub fn classify_ids(last_event_id: &str, first_event_id: &str) -> ExpectedVerdic
 /// A drop at or before the first id (response head, or any event up to the first one with an
 /// id) leaves the capture without the bytes that decide, as does a capture that ends before
 /// any id arrived; a status response is a refusal (it must be non-2xx); a stream that ends on
-/// the wire without an id is empty.
+/// the wire without an id is empty, unless the client reset it first.
 pub fn expected_outcome(resume: &Resume) -> (ExpectedVerdict, Option<String>) {
     let stream = match &resume.response {
         ResumeResponse::CaptureEnds => return (ExpectedVerdict::CaptureIncomplete, None),
@@ -1411,6 +1411,8 @@ pub fn expected_outcome(resume: &Resume) -> (ExpectedVerdict, Option<String>) {
     }
     match stream.close {
         StreamClose::Open => (ExpectedVerdict::CaptureIncomplete, None),
+        // The client hung up first: nothing shows what the server would have sent.
+        StreamClose::ClientReset => (ExpectedVerdict::Unverifiable, None),
         _ => (ExpectedVerdict::Empty, None),
     }
 }
@@ -2617,6 +2619,11 @@ mod tests {
             .iter()
             .zip(idx)
             .any(|(s, i)| *i == e.tcp_stream && (s.fin || s.rst));
+        // A reset from the client before any id proves nothing about the server's stream.
+        let client_reset = segs
+            .iter()
+            .zip(idx)
+            .any(|(s, i)| *i == e.tcp_stream && s.rst && s.src == request.src);
         let bytes = direction_bytes(segs, idx, e.tcp_stream, server);
         // The resume's response is the last one on its connection in these scenarios.
         let known: Vec<u8> = bytes.iter().map(|b| b.unwrap_or(0)).collect();
@@ -2680,7 +2687,9 @@ mod tests {
         match first_id {
             Some(id) => (classify_ids(&e.last_event_id, &id), Some(id)),
             None if hole => (ExpectedVerdict::CaptureIncomplete, None),
-            None if last_chunk || ended => (ExpectedVerdict::Empty, None),
+            None if last_chunk => (ExpectedVerdict::Empty, None),
+            None if client_reset => (ExpectedVerdict::Unverifiable, None),
+            None if ended => (ExpectedVerdict::Empty, None),
             None => (ExpectedVerdict::CaptureIncomplete, None),
         }
     }
@@ -3395,7 +3404,7 @@ mod tests {
             (ResumeResponse::Status(400), Rejected, None),
             (ResumeResponse::Status(405), Rejected, None),
             (stream(vec![], StreamClose::ServerFin), Empty, None),
-            (stream(vec![], StreamClose::ClientReset), Empty, None),
+            (stream(vec![], StreamClose::ClientReset), Unverifiable, None),
             (stream(vec![], StreamClose::TerminalChunk), Empty, None),
             (
                 stream(vec![SseEvent::without_id()], StreamClose::TerminalChunk),

@@ -190,6 +190,8 @@ pub fn compare_ids(last_event_id: &str, first_event_id: &str) -> Option<IdOrder>
 pub enum StreamOutcome {
     /// Framing ended it, or the server closed (FIN or RST seen).
     EndedOnWire,
+    /// The client reset the connection before the body ended: the server may have had more.
+    ClientAborted,
     /// Still open when the capture ended, or no longer followed (limits).
     NotSeenToEnd,
     /// Bytes were missing and framing was lost.
@@ -198,12 +200,22 @@ pub enum StreamOutcome {
     Undecodable,
 }
 
+/// Why no answer head is in the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// The server's side ended with FIN or RST, with no bytes missing: there was no answer.
+    ServerClosed,
+    /// The client reset the connection first: the server may still have been about to answer.
+    ClientAborted,
+    /// The capture does not show how the server's side ended, or bytes of it are missing.
+    NotCaptured,
+}
+
 /// What the capture shows of the answer to a resume request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResponseFacts<'a> {
-    /// No response head in the capture. `closed_on_wire`: the server's side of the connection
-    /// ended with FIN or RST with no bytes missing, so there was no answer to capture.
-    Missing { closed_on_wire: bool },
+    /// No response head in the capture; `NoAnswer` says what the capture shows instead.
+    Missing(NoAnswer),
     Answered {
         status: u16,
         event_stream: bool,
@@ -240,17 +252,19 @@ impl Decision {
 pub fn decide(last_event_id: &str, response: ResponseFacts<'_>) -> Decision {
     use Verdict::*;
     let (status, event_stream, first_id, gap_before_first_id, outcome) = match response {
-        ResponseFacts::Missing {
-            closed_on_wire: true,
-        } => {
+        ResponseFacts::Missing(NoAnswer::ServerClosed) => {
             return Decision::of(
                 Rejected,
                 "the server closed the connection without an answer",
             );
         }
-        ResponseFacts::Missing {
-            closed_on_wire: false,
-        } => {
+        ResponseFacts::Missing(NoAnswer::ClientAborted) => {
+            return Decision::of(
+                Unverifiable,
+                "the client reset the connection before any answer arrived",
+            );
+        }
+        ResponseFacts::Missing(NoAnswer::NotCaptured) => {
             return Decision::of(
                 CaptureIncomplete,
                 "the capture holds no answer to the resume",
@@ -287,6 +301,10 @@ pub fn decide(last_event_id: &str, response: ResponseFacts<'_>) -> Decision {
             Some(StreamOutcome::EndedOnWire) => {
                 Decision::of(Empty, "the stream ended without delivering any event id")
             }
+            Some(StreamOutcome::ClientAborted) => Decision::of(
+                Unverifiable,
+                "the client reset the connection before the stream delivered any event id",
+            ),
             Some(StreamOutcome::LostSync) => Decision::of(
                 CaptureIncomplete,
                 "bytes of the stream are missing from the capture before its first id",
@@ -463,9 +481,7 @@ mod tests {
             };
             assert_eq!(decide("10", open).verdict, Verdict::CaptureIncomplete);
         }
-        let missing = ResponseFacts::Missing {
-            closed_on_wire: false,
-        };
+        let missing = ResponseFacts::Missing(NoAnswer::NotCaptured);
         assert_eq!(decide("10", missing).verdict, Verdict::CaptureIncomplete);
     }
 
@@ -482,6 +498,15 @@ mod tests {
             assert_eq!(decide("1", r).verdict, Verdict::Rejected);
         }
         assert_eq!(decide("1", answered(None)).verdict, Verdict::Empty);
+        // A client that hung up first proves nothing about what the server would have sent.
+        let aborted = ResponseFacts::Answered {
+            status: 200,
+            event_stream: true,
+            first_id: None,
+            gap_before_first_id: false,
+            outcome: Some(StreamOutcome::ClientAborted),
+        };
+        assert_eq!(decide("1", aborted).verdict, Verdict::Unverifiable);
         let json = ResponseFacts::Answered {
             status: 200,
             event_stream: false,
@@ -490,9 +515,9 @@ mod tests {
             outcome: Some(StreamOutcome::EndedOnWire),
         };
         assert_eq!(decide("1", json).verdict, Verdict::Unverifiable);
-        let closed = ResponseFacts::Missing {
-            closed_on_wire: true,
-        };
+        let closed = ResponseFacts::Missing(NoAnswer::ServerClosed);
         assert_eq!(decide("1", closed).verdict, Verdict::Rejected);
+        let aborted = ResponseFacts::Missing(NoAnswer::ClientAborted);
+        assert_eq!(decide("1", aborted).verdict, Verdict::Unverifiable);
     }
 }

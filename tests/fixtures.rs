@@ -2,7 +2,9 @@
 //! expected results written beside the fixture (`<name>.expect.jsonl`). Expected files name
 //! only the fields they pin; every other field is free.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -12,27 +14,16 @@ fn bin() -> &'static str {
 }
 
 fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let expects =
+        common::fixture_files(|p| p.to_string_lossy().ends_with(".expect.jsonl"), |_| true);
     let mut found = Vec::new();
-    let mut dirs = vec![root];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                dirs.push(p);
-                continue;
-            }
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if let Some(stem) = name.strip_suffix(".expect.jsonl") {
-                for ext in ["pcap", "pcapng"] {
-                    let cap = p.with_file_name(format!("{stem}.{ext}"));
-                    if cap.exists() {
-                        found.push((cap, p.clone()));
-                    }
-                }
+    for expect in expects {
+        let name = expect.file_name().unwrap().to_string_lossy().to_string();
+        let stem = name.trim_end_matches(".expect.jsonl");
+        for ext in ["pcap", "pcapng"] {
+            let cap = expect.with_file_name(format!("{stem}.{ext}"));
+            if cap.exists() {
+                found.push((cap, expect.clone()));
             }
         }
     }
