@@ -26,6 +26,7 @@ use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::{self, InputProblem, Summary};
 use crate::session::{ConnectionRef, ExchangeTracker, ResumeRecord};
 use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
+use crate::verdict::{LimitHit, Verdict};
 
 /// How a run is done.
 #[derive(Clone, Debug)]
@@ -451,6 +452,13 @@ impl Shard {
         }
         self.sessions.append(&mut c.tracker.session_ids);
         for mut r in c.tracker.resumes.drain(..) {
+            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
+            if t.overflows > 0
+                && r.decision.verdict == Verdict::CaptureIncomplete
+                && !blamed_on_eviction(&r)
+            {
+                r.decision.blame_limit(LimitHit::OutOfOrder);
+            }
             r.connection = ConnectionRef {
                 tcp_stream: Some(stream),
                 client,
@@ -476,6 +484,10 @@ impl Shard {
         }
         self
     }
+}
+
+fn blamed_on_eviction(r: &ResumeRecord) -> bool {
+    r.decision.reason == LimitHit::Connections.reason()
 }
 
 fn anomaly_name(a: crate::record::Anomaly) -> String {
@@ -629,6 +641,7 @@ fn read_packets<R: Read, D: Dispatch>(
         }
     }
     if let Some(at) = reader.truncated_at() {
+        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
         report.messages.push((
             false,
             format!(

@@ -14,7 +14,9 @@ use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
 use crate::sse::SseParser;
-use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
+use crate::verdict::{
+    self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
+};
 
 /// Where an exchange happened, as the report cites it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +93,10 @@ pub struct ExchangeTracker {
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
     pub exchanges: u64,
+    /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
+    evicted: bool,
+    /// The last message head dropped for exceeding `Limits::max_header_bytes`.
+    head_too_large: Option<Mark>,
 }
 
 /// Anomalies kept per connection for the report; further ones are only counted.
@@ -105,6 +111,8 @@ impl ExchangeTracker {
             session_ids: BTreeSet::new(),
             anomalies: Vec::new(),
             exchanges: 0,
+            evicted: false,
+            head_too_large: None,
         }
     }
 
@@ -122,13 +130,10 @@ impl ExchangeTracker {
     pub fn finish(&mut self, server_end: Option<StreamEnd>, server_gaps: bool, mark: Mark) {
         let mut ids: Vec<u32> = self.open.keys().copied().collect();
         ids.sort_unstable();
+        self.evicted = server_end == Some(StreamEnd::Evicted);
         for id in ids {
             if let Some(mut ex) = self.open.remove(&id) {
-                if let Some(stream) = ex.stream.as_mut()
-                    && let Some(parser) = stream.parser.as_mut()
-                {
-                    parser.finish(mark);
-                }
+                self.finish_stream(&mut ex, mark);
                 let no_answer = match server_end {
                     _ if server_gaps => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
@@ -164,6 +169,21 @@ impl ExchangeTracker {
             }
         };
         let mut decision = verdict::decide(&last_event_id, facts);
+        let evicted = self.evicted
+            || ex
+                .end
+                .is_some_and(|(how, _)| how == BodyEnd::Stream(StreamEnd::Evicted));
+        if evicted && decision.verdict == Verdict::CaptureIncomplete {
+            decision.blame_limit(LimitHit::Connections);
+        }
+        if ex.response.is_none()
+            && self
+                .head_too_large
+                .is_some_and(|m| m.frame >= request.complete.frame)
+        {
+            // The answer may be the head that was dropped: no verdict against the server.
+            decision.blame_limit(LimitHit::HeadBytes);
+        }
         let (mut first_id, first_truncated, mut first_mark) =
             match ex.stream.as_ref().and_then(|s| s.first_id.clone()) {
                 Some((id, truncated, m)) => (Some(id), truncated, Some(m)),
@@ -178,12 +198,7 @@ impl ExchangeTracker {
         }
         if first_truncated && decision.verdict != Verdict::CaptureIncomplete {
             // A cut id cannot be compared honestly.
-            decision = Decision {
-                verdict: Verdict::Unverifiable,
-                reason: "the first event id is longer than the field limit",
-                lost: None,
-                replayed_count: None,
-            };
+            decision.blame_limit(LimitHit::SseField);
         }
         let last_proof = first_mark
             .or(ex.end.map(|(_, m)| m))
@@ -223,6 +238,19 @@ impl ExchangeTracker {
                 har_entry: None,
             },
         });
+    }
+
+    /// Ends the event stream of an exchange; ids or event types cut at the field limit are
+    /// reported once per stream.
+    fn finish_stream(&mut self, ex: &mut OpenExchange, mark: Mark) {
+        if let Some(stream) = ex.stream.as_mut()
+            && let Some(parser) = stream.parser.as_mut()
+        {
+            parser.finish(mark);
+            if parser.fields_cut() > 0 {
+                self.anomaly(Anomaly::SseFieldTooLong, mark);
+            }
+        }
     }
 
     fn note_session(&mut self, id: &Option<String>) {
@@ -343,16 +371,15 @@ impl HttpSink for ExchangeTracker {
         let Some(mut ex) = self.open.remove(&exchange) else {
             return;
         };
-        if let Some(stream) = ex.stream.as_mut()
-            && let Some(parser) = stream.parser.as_mut()
-        {
-            parser.finish(mark);
-        }
+        self.finish_stream(&mut ex, mark);
         ex.end = Some((how, mark));
         self.decide(ex, NoAnswer::NotCaptured, mark);
     }
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
+        if what == Anomaly::HeaderTooLarge {
+            self.head_too_large = Some(mark);
+        }
         if self.anomalies.len() < MAX_ANOMALIES_KEPT {
             self.anomalies.push((what, mark));
         }
