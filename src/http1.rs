@@ -261,16 +261,19 @@ impl HttpConnection {
             });
         }
         if parser.kind.is_none() {
-            match self.classify_head(d, input, mark, sink) {
+            // Only bytes within the head limit are judged, so that whether a head is too large
+            // or not a message at all does not depend on how much one call holds.
+            let room = max.saturating_sub(parser.head.len());
+            let window = input.get(..room).unwrap_or(input);
+            match self.classify_head(d, window, mark, sink) {
+                ScanOutcome::NeedMore if window.is_empty() => {
+                    self.head_too_large(d, mark, sink);
+                    return 0;
+                }
                 ScanOutcome::NeedMore => {
-                    let parser = &mut self.directions[d];
-                    if parser.head.len().saturating_add(input.len()) > max {
-                        let room = max.saturating_sub(parser.head.len());
-                        self.head_too_large(d, mark, sink);
-                        return room;
-                    }
-                    parser.head.extend_from_slice(input);
-                    return input.len();
+                    // A head restarted inside the window only got shorter: the window fits.
+                    self.directions[d].head.extend_from_slice(window);
+                    return window.len();
                 }
                 ScanOutcome::NotStart => return self.head_not_http(d, mark, sink),
                 ScanOutcome::Start(kind) => {

@@ -275,8 +275,8 @@ impl LimitHit {
                  exceeded, before the resume could be decided"
             }
             LimitHit::HeadBytes => {
-                "a message head after the request was longer than --max-header-bytes, so the \
-                 answer may be in it"
+                "a message head after the request was too large to read (--max-header-bytes, or \
+                 more header lines than are parsed), so the answer may be in it"
             }
             LimitHit::SseField => {
                 "the first event id is longer than --max-sse-field and was cut, so it cannot be \

@@ -336,48 +336,105 @@ proptest! {
     }
 }
 
-/// The parser's own regression: a mid-connection line longer than the head limit that could
-/// still be a request line was reported as too large only when it arrived in pieces
-/// (fixtures/malformed/http-long-candidate-line.bin, found by the http1_parser fuzz target).
-#[test]
-fn long_candidate_line_gives_one_answer_for_any_split() {
-    let line = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/malformed/http-long-candidate-line.bin"),
-    )
-    .expect("fixture");
-    let limits = Limits {
-        max_header_bytes: 256,
-        ..Limits::default()
-    };
-    let run = |cut: &dyn Fn(&[u8]) -> Vec<usize>| {
-        let mut conn = HttpConnection::new(&limits, false);
-        let mut log = HttpLog::default();
-        let mark = Mark::new(2, 1);
-        conn.end(
-            Direction::Reverse,
-            StreamEnd::Evicted,
-            Mark::new(1, 0),
-            &mut log,
-        );
-        let mut at = 0;
-        for len in cut(&line) {
-            conn.data(Direction::Forward, &line[at..at + len], mark, &mut log);
-            at += len;
+/// Steps of a fuzz transcript (the encoding of the `http1_parser` and `sse_parser` fuzz
+/// targets, see fuzz/src/lib.rs): two header bytes, then tagged data, gap and end steps.
+enum Step {
+    Data(Direction, Vec<u8>),
+    Gap(Direction, u64),
+    End(Direction, StreamEnd),
+}
+
+fn read_transcript(bytes: &[u8]) -> ([u8; 2], Vec<Step>) {
+    const ENDS: [StreamEnd; 5] = [
+        StreamEnd::Fin,
+        StreamEnd::Rst,
+        StreamEnd::CaptureEnd,
+        StreamEnd::Evicted,
+        StreamEnd::Abandoned,
+    ];
+    let mut steps = Vec::new();
+    let mut rest = &bytes[2..];
+    while let Some((&tag, tail)) = rest.split_first() {
+        rest = tail;
+        let dir = if tag & 1 == 0 {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        match (tag >> 1) & 3 {
+            1 => {
+                let Some((len, tail)) = rest.split_at_checked(4) else {
+                    break;
+                };
+                rest = tail;
+                steps.push(Step::Gap(
+                    dir,
+                    u64::from(u32::from_le_bytes(len.try_into().unwrap())),
+                ));
+            }
+            2 => steps.push(Step::End(dir, ENDS[usize::from((tag >> 3) & 7) % 5])),
+            _ => {
+                let Some((len, tail)) = rest.split_at_checked(2) else {
+                    break;
+                };
+                let len = usize::from(u16::from_le_bytes([len[0], len[1]])).min(tail.len());
+                steps.push(Step::Data(dir, tail[..len].to_vec()));
+                rest = &tail[len..];
+            }
         }
-        log.0
-    };
-    let reference = run(&whole);
-    assert!(
-        reference.contains(&HttpEvent::Anomaly(
-            Anomaly::HeaderTooLarge,
-            Mark::new(2, 1)
-        )),
-        "{reference:?}"
-    );
-    assert_eq!(run(&bytewise), reference);
-    for seed in 0..64 {
-        assert_eq!(run(&seeded(seed)), reference, "seed {seed}");
+    }
+    ([bytes[0], bytes[1]], steps)
+}
+
+/// Inputs on which the `http1_parser` fuzz target once found two answers for two splits
+/// (fixtures/malformed/fuzz/http1_parser/, described in fixtures/malformed/README.md).
+#[test]
+fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/malformed/fuzz/http1_parser");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixture dir")
+        .flatten()
+        .collect();
+    files.sort_by_key(|e| e.path());
+    assert!(files.len() >= 2);
+    for file in files {
+        let bytes = std::fs::read(file.path()).unwrap();
+        let (header, steps) = read_transcript(&bytes);
+        let limits = Limits {
+            max_header_bytes: 256 << (header[1] % 9),
+            ..Limits::default()
+        };
+        let run = |cut: &dyn Fn(&[u8]) -> Vec<usize>| {
+            let mut conn = HttpConnection::new(&limits, header[0] & 1 != 0);
+            let mut log = HttpLog::default();
+            let mut ended = [false; 2];
+            for (i, step) in steps.iter().enumerate() {
+                let mark = Mark::new(i as u64 + 1, i as i64);
+                match step {
+                    Step::Data(d, b) if !ended[d.index()] => {
+                        let mut at = 0;
+                        for len in cut(b) {
+                            conn.data(*d, &b[at..at + len], mark, &mut log);
+                            at += len;
+                        }
+                    }
+                    Step::Gap(d, len) if !ended[d.index()] => conn.gap(*d, *len, mark, &mut log),
+                    Step::End(d, how) if !ended[d.index()] => {
+                        ended[d.index()] = true;
+                        conn.end(*d, *how, mark, &mut log);
+                    }
+                    _ => {}
+                }
+            }
+            log.0
+        };
+        let reference = run(&whole);
+        let name = file.path().display().to_string();
+        assert_eq!(run(&bytewise), reference, "{name}");
+        for seed in 0..32 {
+            assert_eq!(run(&seeded(seed)), reference, "{name} seed {seed}");
+        }
     }
 }
 
