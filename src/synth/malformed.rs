@@ -175,6 +175,11 @@ impl Conn {
         Ok(())
     }
 
+    /// `from` sends `bytes` that the capture misses.
+    fn lose(&mut self, from: usize, bytes: &[u8]) {
+        self.next[from] = self.next[from].wrapping_add(bytes.len() as u32);
+    }
+
     /// `from` sends FIN, the peer FIN, `from` the last ACK.
     fn close<W: PacketWriter>(&mut self, out: &mut Out<W>, from: usize) -> io::Result<()> {
         out.segment(&self.head(from, FIN | ACK), &[])?;
@@ -440,7 +445,36 @@ content-length: 19\r\ncontent-length: 20\r\n\r\nid: 4418\ndata: x\n\n",
     long_id.extend_from_slice(b"\ndata: x\n\n");
     files.push(("sse-id-10kb.pcap", capture_answering(&long_id)?));
 
+    // ----- TCP -----
+    files.push(("tcp-hole-then-64kb.pcap", hole_then_events(64 << 10)?));
+
     Ok(files)
+}
+
+/// A resume whose first event (id 4418) the capture misses, followed by `trailing` bytes of
+/// later events in small segments, then the server's FIN: the hole stays open until the FIN
+/// unless the out-of-order limit gives it up first.
+fn hole_then_events(trailing: usize) -> io::Result<Vec<u8>> {
+    let mut out = pcap(Vec::new())?;
+    let mut c = Conn::new((CLIENT, 40_030), SERVER);
+    c.handshake(&mut out)?;
+    c.send(&mut out, 0, RESUME_REQUEST)?;
+    c.send(
+        &mut out,
+        1,
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n",
+    )?;
+    c.lose(1, b"id: 4418\ndata: lost\n\n");
+    let mut id = 4419u64;
+    let mut sent = 0;
+    while sent < trailing {
+        let event = format!("id: {id}\ndata: {}\n\n", "x".repeat(1000));
+        c.send(&mut out, 1, event.as_bytes())?;
+        sent += event.len();
+        id += 1;
+    }
+    c.close(&mut out, 1)?;
+    Ok(out.writer.into_inner())
 }
 
 /// A resume whose answer carries one header of `header_bytes` bytes (1 MB in the tests).
