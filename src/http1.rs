@@ -267,7 +267,13 @@ impl HttpConnection {
             let window = input.get(..room).unwrap_or(input);
             match self.classify_head(d, window, mark, sink) {
                 ScanOutcome::NeedMore if window.is_empty() => {
-                    self.head_too_large(d, mark, sink);
+                    if self.directions[d].head_from_resync {
+                        // A line picked while skipping that never proved to be a start line.
+                        self.note_skip(d, mark, sink);
+                        self.lose_sync(d, false);
+                    } else {
+                        self.head_too_large(d, mark, sink);
+                    }
                     return 0;
                 }
                 ScanOutcome::NeedMore => {
@@ -283,6 +289,7 @@ impl HttpConnection {
                     self.set_role(d, kind);
                     let parser = &mut self.directions[d];
                     parser.kind = Some(kind);
+                    parser.head_from_resync = false;
                     parser.at_stream_start = false;
                 }
             }
@@ -383,11 +390,14 @@ impl HttpConnection {
             };
             previous_hit = Some(hit);
             let line = input.get(start..).unwrap_or_default();
-            match StartLineScan::new().feed(line) {
+            // A line still undecided after the head limit is skipped, as the head state skips
+            // one that grows past the limit undecided: the same answer for any cut.
+            let window = line.get(..self.max_header_bytes).unwrap_or(line);
+            match StartLineScan::new().feed(window) {
                 ScanOutcome::Start(kind) if wanted.is_none_or(|w| w == kind) => {
                     return self.resync_found(d, start, mark, sink);
                 }
-                ScanOutcome::NeedMore => break,
+                ScanOutcome::NeedMore if window.len() == line.len() => break,
                 _ => {}
             }
         }
@@ -398,10 +408,10 @@ impl HttpConnection {
         };
         if let Some(start) = last_line {
             let line = input.get(start..).unwrap_or_default();
-            // A candidate longer than the head limit is still handed to the head state, which
-            // reports it as too large: deciding by its length here would make the answer
-            // depend on how much of the line one call happens to hold.
-            if !line.is_empty() && StartLineScan::new().feed(line) == ScanOutcome::NeedMore {
+            if !line.is_empty()
+                && line.len() <= self.max_header_bytes
+                && StartLineScan::new().feed(line) == ScanOutcome::NeedMore
+            {
                 return self.resync_found(d, start, mark, sink);
             }
         }
@@ -685,6 +695,7 @@ impl HttpConnection {
         let parser = &mut self.directions[d];
         parser.head.clear();
         parser.kind = None;
+        parser.head_from_resync = true;
         parser.state = State::Head;
         start
     }
@@ -836,6 +847,9 @@ struct DirectionParser {
     at_stream_start: bool,
     /// Inside a run of skipped bytes (already reported as `Resynchronized`).
     skipping: bool,
+    /// The undecided head began at a line picked while skipping, not at a message boundary:
+    /// if it grows past the head limit undecided, it is skipped rather than too large.
+    head_from_resync: bool,
 }
 
 impl DirectionParser {
@@ -850,6 +864,7 @@ impl DirectionParser {
             kind: None,
             at_stream_start: true,
             skipping: false,
+            head_from_resync: false,
         }
     }
 
@@ -860,6 +875,7 @@ impl DirectionParser {
             self.head.clear();
         }
         self.kind = None;
+        self.head_from_resync = false;
         self.segment_scan = None;
     }
 }
