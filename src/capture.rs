@@ -25,6 +25,8 @@ pub enum InputKind {
     PcapNg,
     /// A JSON document (a HAR export, if anything).
     Json,
+    /// A zlib stream (mitmproxy writes `.zhar` files as a zlib-compressed HAR).
+    Zlib,
 }
 
 /// Recognizes an input by its first bytes; `None` when it is none of the known kinds.
@@ -43,6 +45,12 @@ pub fn sniff(prefix: &[u8]) -> Option<InputKind> {
         if m == [0x0a, 0x0d, 0x0d, 0x0a] {
             return Some(InputKind::PcapNg);
         }
+    }
+    // zlib header: deflate with a window of 32 KiB (0x78), and the check bits of RFC 1950.
+    if let [0x78, b1, ..] = prefix
+        && (0x78 * 256 + u32::from(*b1)) % 31 == 0
+    {
+        return Some(InputKind::Zlib);
     }
     let text = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
@@ -897,6 +905,10 @@ mod tests {
         assert_eq!(sniff(b"GET / HTTP/1.1"), None);
         assert_eq!(sniff(b"  {\"log\": {}}"), Some(InputKind::Json));
         assert_eq!(sniff(b"\xef\xbb\xbf{"), Some(InputKind::Json));
+        for level in [0x01, 0x5e, 0x9c, 0xda] {
+            assert_eq!(sniff(&[0x78, level, 0]), Some(InputKind::Zlib));
+        }
+        assert_eq!(sniff(&[0x78, 0x9d]), None);
         let (_, res, _) = read_all(&b"hello world"[..], 1 << 20);
         assert!(res.unwrap_err().contains("not a pcap"));
         let (_, res, _) = read_all(&b""[..], 1 << 20);

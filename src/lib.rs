@@ -6,6 +6,7 @@
 //! invariants):
 //!
 //! - [`capture`]: pcap / pcapng files → packets (frame number, time, link type, bytes)
+//! - [`har`]: HAR exports → exchanges, fed straight to [`session`] (a HAR entry is an exchange)
 //! - [`decode`]: link layer → IP → TCP segments
 //! - [`tcp`]: per-connection reassembly, both directions; missing bytes become explicit gaps
 //! - [`http1`]: HTTP/1.1 exchanges with content-decoded bodies
@@ -20,6 +21,7 @@
 
 pub mod capture;
 pub mod decode;
+pub mod har;
 pub mod http1;
 pub mod pipeline;
 pub mod record;

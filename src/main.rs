@@ -19,7 +19,8 @@ use mcp_resume_audit::record::Limits;
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {
-    /// Capture files (pcap or pcapng, recognized by content); `-` reads standard input.
+    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content; `-` reads
+    /// standard input.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
 

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 
 use crate::capture::{self, CaptureReader, InputKind};
 use crate::decode::{self, Endpoint, Skip};
+use crate::har;
 use crate::http1::HttpConnection;
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::{self, InputProblem, Summary};
@@ -143,11 +144,13 @@ pub fn analyze_reader<R: Read>(name: &str, mut src: R, opts: &Options) -> InputR
         Some(InputKind::Pcap | InputKind::PcapNg) => {
             analyze_capture(name, chained, opts, &mut report)
         }
-        Some(InputKind::Json) => {
-            report.error(format!(
-                "{name}: offset 0: a JSON document; HAR input is not read by this version"
-            ));
-        }
+        Some(InputKind::Json) => har::analyze_har(name, chained, opts, &mut report),
+        Some(InputKind::Zlib) => har::analyze_har(
+            name,
+            flate2::read::ZlibDecoder::new(chained),
+            opts,
+            &mut report,
+        ),
         None => report.error(format!(
             "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
         )),

@@ -20,7 +20,7 @@ fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
     for expect in expects {
         let name = expect.file_name().unwrap().to_string_lossy().to_string();
         let stem = name.trim_end_matches(".expect.jsonl");
-        for ext in ["pcap", "pcapng"] {
+        for ext in ["pcap", "pcapng", "har", "zhar"] {
             let cap = expect.with_file_name(format!("{stem}.{ext}"));
             if cap.exists() {
                 found.push((cap, expect.clone()));

@@ -1,0 +1,1595 @@
+//! HAR 1.2 exports in: browser and proxy recordings of HTTP exchanges, fed to the session stage.
+//!
+//! Input: a JSON document (any `Read`; `.zhar` files arrive already inflated) holding
+//! `log.entries[]`, as Chrome/Edge, Firefox, mitmproxy, Playwright and Charles/Fiddler-style
+//! tools write it; recognized by content. Bodies come from `response.content.text` (base64 when
+//! `content.encoding` says so), from a file beside the HAR named by `content._file` (Playwright's
+//! attached-content mode), or from `_eventSourceMessages` (`{eventName, eventId, data}`).
+//! Output: each entry becomes one exchange of its own [`ExchangeTracker`] — the same session and
+//! verdict code as for captures — and every resume is added to the [`InputReport`] with
+//! `connection.har_entry` set to the entry's 0-based index in the file and its marks carrying
+//! that index as `frame` and `startedDateTime` as time. Problems are one-line messages naming
+//! the file and the entry index; a bad entry is skipped and the others are still analyzed.
+//! Invariants:
+//! - Streaming: the document is scanned in fixed-size reads; one entry at a time is held (raw
+//!   bytes, at most `max_entry_bytes`), deserialized in place (the body text stays borrowed), its
+//!   body decoded and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped. Memory is the
+//!   largest entry plus constant buffers, whatever the number of entries.
+//! - Order: the tracker keeps no state from one exchange to the next, so entries are processed
+//!   in file order and only the small records are sorted afterwards (by the driver, by
+//!   `startedDateTime` then entry index). No second pass, no body kept for sorting.
+//! - A HAR cannot prove that a server sent nothing: an event stream whose body is absent,
+//!   empty, or marked as cut short ends as `capture_incomplete` with a reason that says why,
+//!   unless the entry itself proves the body whole (a `Content-Length` equal to what was
+//!   recorded). Without that proof no body is taken as ended (`stream_end` is `capture_end`),
+//!   so `empty` needs it; a recorded id still decides the verdict as usual.
+//! - Kept strings (method, URL, session id, Last-Event-ID, protocol version, content type) are
+//!   bounded by `Limits::max_header_bytes`; a longer one makes the entry an error.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memchr::{memchr, memchr2};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::pipeline::{InputReport, Options};
+use crate::record::{BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd};
+use crate::session::{ConnectionRef, ExchangeTracker};
+use crate::verdict::{Decision, Verdict};
+
+/// Largest entry (its raw JSON) accepted; a larger one is reported and skipped.
+pub const MAX_ENTRY_BYTES: usize = 1 << 30;
+/// Bytes asked of the reader at a time.
+const READ_CHUNK: usize = 256 << 10;
+/// Largest piece of body handed to the tracker at once.
+pub const BODY_CHUNK: usize = 64 << 10;
+/// Deepest nesting followed outside entries (serde_json bounds it inside them).
+const MAX_DEPTH: usize = 512;
+/// Longest member name compared (longer ones are never names this module looks for).
+const MAX_KEY: usize = 64;
+
+// Why a resume's verdict is `capture_incomplete` when the HAR, not the traffic, is the cause.
+const NO_RESPONSE: &str = "the HAR holds no response to the resume (status 0 or -1: the \
+     request failed, was cancelled, or was still open when the HAR was written)";
+const NO_BODY: &str = "the HAR holds no body for this event stream (proxies and browsers often \
+     leave streamed bodies out)";
+const EMPTY_BODY: &str = "the HAR holds an empty body for this event stream, which is how \
+     proxies and browsers record a body they did not keep; it does not show that the server \
+     sent nothing";
+const CUT_BODY: &str = "the HAR marks this event stream's body as cut short (content.size, \
+     Content-Length or a comment says more was sent), so the events it holds cannot stand for \
+     what the server sent";
+const NO_ID_UNPROVEN: &str = "the HAR's body for this event stream holds no event id, and \
+     nothing in the entry (such as a Content-Length equal to it) shows it was recorded to its \
+     end";
+const FILE_MISSING: &str = "the body file named by content._file is not beside the HAR";
+const MESSAGES_NO_ID: &str = "the HAR's _eventSourceMessages hold no event id and do not show \
+     that the stream had ended";
+const MESSAGES_AMBIGUOUS: &str = "the first of the HAR's _eventSourceMessages repeats \
+     Last-Event-ID, which is also what a browser reports for an event without an id, so the \
+     first id the server sent is not known";
+
+/// Analyzes one HAR document; `name` is how messages and the report cite the input, and its
+/// directory is where `content._file` bodies are looked for.
+pub fn analyze_har<R: Read>(name: &str, src: R, opts: &Options, report: &mut InputReport) {
+    analyze_har_bounded(name, src, opts, MAX_ENTRY_BYTES, report);
+}
+
+/// [`analyze_har`] with the largest accepted entry given.
+pub fn analyze_har_bounded<R: Read>(
+    name: &str,
+    src: R,
+    opts: &Options,
+    max_entry_bytes: usize,
+    report: &mut InputReport,
+) {
+    let mut scan = Scanner::new(src);
+    let mut run = HarRun {
+        name,
+        dir: Path::new(name)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        limits: &opts.limits,
+        report,
+    };
+    if let Err(e) = walk(&mut scan, &mut run, max_entry_bytes) {
+        let text = match e.entry {
+            Some(i) => format!(
+                "{name}: entry {i}: offset {}: {}; the entries before it were analyzed",
+                e.offset, e.what
+            ),
+            None => format!("{name}: offset {}: {}", e.offset, e.what),
+        };
+        run.report.messages.push((true, text));
+    }
+}
+
+/// Where the document stops making sense.
+#[derive(Debug)]
+struct ScanError {
+    offset: u64,
+    what: String,
+    entry: Option<u64>,
+}
+
+/// Walks the document: `log.entries[]` entries go to `run`, everything else is skipped.
+fn walk<R: Read>(scan: &mut Scanner<R>, run: &mut HarRun<'_>, cap: usize) -> Result<(), ScanError> {
+    scan.skip_bom()?;
+    if scan.skip_ws()? != Some(b'{') {
+        return Err(scan.err("not a HAR file: the document is not a JSON object"));
+    }
+    let mut log_seen = false;
+    let mut entries_seen = false;
+    scan.members(&mut |scan, key| {
+        if key != b"\"log\"" || log_seen {
+            return scan.skip_value();
+        }
+        log_seen = true;
+        if scan.skip_ws()? != Some(b'{') {
+            return Err(scan.err("not a HAR file: \"log\" is not an object"));
+        }
+        scan.members(&mut |scan, key| {
+            if key != b"\"entries\"" || entries_seen {
+                return scan.skip_value();
+            }
+            entries_seen = true;
+            if scan.skip_ws()? != Some(b'[') {
+                return Err(scan.err("not a HAR file: \"log.entries\" is not an array"));
+            }
+            entries(scan, run, cap)
+        })
+    })?;
+    if !log_seen {
+        return Err(scan.err("not a HAR file: the document has no \"log\" object"));
+    }
+    if !entries_seen {
+        return Err(scan.err("not a HAR file: \"log\" has no \"entries\" array"));
+    }
+    if scan.skip_ws()?.is_some() {
+        let at = scan.offset();
+        run.report.messages.push((
+            false,
+            format!(
+                "{}: offset {at}: data after the end of the HAR document; ignored",
+                run.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the elements of `log.entries` one at a time.
+fn entries<R: Read>(
+    scan: &mut Scanner<R>,
+    run: &mut HarRun<'_>,
+    cap: usize,
+) -> Result<(), ScanError> {
+    scan.bump();
+    if scan.skip_ws()? == Some(b']') {
+        scan.bump();
+        return Ok(());
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    let mut index: u64 = 0;
+    loop {
+        let in_entry = |mut e: ScanError| {
+            e.entry = Some(index);
+            e
+        };
+        match scan.skip_ws()? {
+            Some(b'{') => {
+                buf.clear();
+                let fit = scan.scan_value(Some(&mut buf), cap).map_err(in_entry)?;
+                if fit {
+                    run.entry(index, &buf);
+                } else {
+                    // Give the memory back: the next entries are usually small.
+                    buf = Vec::new();
+                    run.entry_error(index, format!("larger than {cap} bytes; skipped"));
+                }
+            }
+            Some(_) => {
+                scan.scan_value(None, 0).map_err(in_entry)?;
+                run.entry_error(index, "not a JSON object".to_string());
+            }
+            None => return Err(in_entry(scan.err("the file ends inside log.entries"))),
+        }
+        match scan.skip_ws()? {
+            Some(b',') => scan.bump(),
+            Some(b']') => {
+                scan.bump();
+                return Ok(());
+            }
+            Some(_) => return Err(in_entry(scan.err("expected ',' or ']' after the entry"))),
+            None => return Err(in_entry(scan.err("the file ends inside log.entries"))),
+        }
+        index += 1;
+    }
+}
+
+/// A pull scanner over JSON text: finds the extent of values without building them.
+struct Scanner<R> {
+    src: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+}
+
+type MemberFn<'f, R> = dyn FnMut(&mut Scanner<R>, &[u8]) -> Result<(), ScanError> + 'f;
+
+impl<R: Read> Scanner<R> {
+    fn new(src: R) -> Self {
+        Scanner {
+            src,
+            buf: vec![0; READ_CHUNK],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn err(&self, what: &str) -> ScanError {
+        ScanError {
+            offset: self.offset(),
+            what: what.to_string(),
+            entry: None,
+        }
+    }
+
+    /// Makes at least one unread byte available; false at the end of the input.
+    fn fill(&mut self) -> Result<bool, ScanError> {
+        if self.pos < self.end {
+            return Ok(true);
+        }
+        if self.eof {
+            return Ok(false);
+        }
+        self.base += self.end as u64;
+        self.pos = 0;
+        self.end = 0;
+        loop {
+            match self.src.read(&mut self.buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end = n.min(self.buf.len());
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.eof = true;
+                    return Err(ScanError {
+                        offset: self.base,
+                        what: format!("read error: {e}"),
+                        entry: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn peek(&mut self) -> Result<Option<u8>, ScanError> {
+        Ok(if self.fill()? {
+            self.buf.get(self.pos).copied()
+        } else {
+            None
+        })
+    }
+
+    fn bump(&mut self) {
+        self.pos = (self.pos + 1).min(self.end);
+    }
+
+    fn skip_bom(&mut self) -> Result<(), ScanError> {
+        for want in [0xEF, 0xBB, 0xBF] {
+            if self.peek()? != Some(want) {
+                // The sniffer only lets a whole BOM or none through.
+                return Ok(());
+            }
+            self.bump();
+        }
+        Ok(())
+    }
+
+    /// Skips whitespace; returns the next byte without consuming it.
+    fn skip_ws(&mut self) -> Result<Option<u8>, ScanError> {
+        loop {
+            match self.peek()? {
+                Some(b' ' | b'\t' | b'\n' | b'\r') => self.bump(),
+                other => return Ok(other),
+            }
+        }
+    }
+
+    fn skip_value(&mut self) -> Result<(), ScanError> {
+        self.scan_value(None, 0).map(|_| ())
+    }
+
+    /// Calls `f` with each member name (raw, quotes included) of the object at the cursor;
+    /// `f` must consume the member's value.
+    fn members(&mut self, f: &mut MemberFn<'_, R>) -> Result<(), ScanError> {
+        self.bump();
+        if self.skip_ws()? == Some(b'}') {
+            self.bump();
+            return Ok(());
+        }
+        let mut key = Vec::with_capacity(MAX_KEY);
+        loop {
+            if self.skip_ws()? != Some(b'"') {
+                return Err(self.err("expected a member name"));
+            }
+            key.clear();
+            let mut fit = true;
+            self.scan_string(&mut Some(&mut key), MAX_KEY, &mut fit)?;
+            if !fit {
+                key.clear();
+            }
+            if self.skip_ws()? != Some(b':') {
+                return Err(self.err("expected ':' after a member name"));
+            }
+            self.bump();
+            if self.skip_ws()?.is_none() {
+                return Err(self.err("the file ends before a member's value"));
+            }
+            f(self, &key)?;
+            match self.skip_ws()? {
+                Some(b',') => self.bump(),
+                Some(b'}') => {
+                    self.bump();
+                    return Ok(());
+                }
+                Some(_) => return Err(self.err("expected ',' or '}'")),
+                None => return Err(self.err("the file ends inside an object")),
+            }
+        }
+    }
+
+    /// Appends `n` unread bytes to `out` while it stays within `cap`, and consumes them.
+    fn take(&mut self, n: usize, out: &mut Option<&mut Vec<u8>>, cap: usize, fit: &mut bool) {
+        let to = (self.pos + n).min(self.end);
+        if let Some(out) = out.as_deref_mut()
+            && *fit
+        {
+            let run = self.buf.get(self.pos..to).unwrap_or(&[]);
+            if out.len() + run.len() <= cap {
+                out.extend_from_slice(run);
+            } else {
+                *fit = false;
+                out.clear();
+            }
+        }
+        self.pos = to;
+    }
+
+    /// Consumes one JSON value at the cursor, copying its bytes to `out` while they fit in
+    /// `cap`. Returns whether they fit. Brackets are matched; the rest of the grammar is left
+    /// to serde_json (for entries) or not needed (for what is skipped).
+    fn scan_value(&mut self, mut out: Option<&mut Vec<u8>>, cap: usize) -> Result<bool, ScanError> {
+        let mut fit = true;
+        let mut closers: Vec<u8> = Vec::new();
+        loop {
+            let Some(b) = self.peek()? else {
+                return Err(self.err("the file ends inside a value"));
+            };
+            match b {
+                b'"' => {
+                    self.scan_string(&mut out, cap, &mut fit)?;
+                    if closers.is_empty() {
+                        return Ok(fit);
+                    }
+                }
+                b'{' | b'[' => {
+                    if closers.len() >= MAX_DEPTH {
+                        return Err(self.err("nesting deeper than 512 levels"));
+                    }
+                    closers.push(if b == b'{' { b'}' } else { b']' });
+                    self.take(1, &mut out, cap, &mut fit);
+                }
+                b'}' | b']' => {
+                    if closers.pop() != Some(b) {
+                        return Err(self.err("unbalanced brackets"));
+                    }
+                    self.take(1, &mut out, cap, &mut fit);
+                    if closers.is_empty() {
+                        return Ok(fit);
+                    }
+                }
+                _ if closers.is_empty() => {
+                    // A number or a literal standing alone.
+                    if !matches!(b, b'-' | b'0'..=b'9' | b't' | b'f' | b'n') {
+                        return Err(self.err("not JSON: unexpected character"));
+                    }
+                    loop {
+                        let avail = self.buf.get(self.pos..self.end).unwrap_or(&[]);
+                        let n = avail
+                            .iter()
+                            .position(|c| !matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'+' | b'-' | b'E'))
+                            .unwrap_or(avail.len());
+                        self.take(n, &mut out, cap, &mut fit);
+                        if self.pos < self.end || !self.fill()? {
+                            return Ok(fit);
+                        }
+                    }
+                }
+                _ => {
+                    // Inside a container: copy up to the next string or bracket.
+                    let avail = self.buf.get(self.pos..self.end).unwrap_or(&[]);
+                    let n = avail
+                        .iter()
+                        .position(|c| matches!(c, b'"' | b'{' | b'}' | b'[' | b']'))
+                        .unwrap_or(avail.len());
+                    self.take(n, &mut out, cap, &mut fit);
+                }
+            }
+        }
+    }
+
+    /// Consumes a string at the cursor (opening quote included) to its closing quote.
+    fn scan_string(
+        &mut self,
+        out: &mut Option<&mut Vec<u8>>,
+        cap: usize,
+        fit: &mut bool,
+    ) -> Result<(), ScanError> {
+        self.take(1, out, cap, fit);
+        // A backslash ended the previous read: the byte it escapes opens this one.
+        let mut escaped = false;
+        loop {
+            if !self.fill()? {
+                return Err(self.err("the file ends inside a string"));
+            }
+            // One pass over what is buffered, one copy of it: escapes are stepped over in
+            // place (two bytes each), the closing quote ends the run.
+            let avail = self.buf.get(self.pos..self.end).unwrap_or(&[]);
+            let mut i = usize::from(escaped);
+            escaped = false;
+            let mut closing = None;
+            while let Some(k) = avail.get(i..).and_then(|rest| memchr2(b'"', b'\\', rest)) {
+                let j = i + k;
+                if avail.get(j) == Some(&b'"') {
+                    closing = Some(j);
+                    break;
+                }
+                if j + 1 >= avail.len() {
+                    escaped = true;
+                    break;
+                }
+                i = j + 2;
+            }
+            match closing {
+                Some(j) => {
+                    self.take(j + 1, out, cap, fit);
+                    return Ok(());
+                }
+                None => {
+                    let n = avail.len();
+                    self.take(n, out, cap, fit);
+                }
+            }
+        }
+    }
+}
+
+// The parts of an entry that are read; other members (and other tools' `_fields`) are ignored.
+
+#[derive(Deserialize)]
+struct Entry<'a> {
+    #[serde(rename = "startedDateTime", borrow)]
+    started: Cow<'a, str>,
+    #[serde(borrow)]
+    request: Request<'a>,
+    #[serde(borrow)]
+    response: Response<'a>,
+    #[serde(rename = "_eventSourceMessages", default, borrow)]
+    event_source_messages: Option<Vec<EventSourceMessage<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct Request<'a> {
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    url: Cow<'a, str>,
+    #[serde(borrow)]
+    headers: Vec<Header<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    value: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct Response<'a> {
+    status: i64,
+    #[serde(borrow)]
+    headers: Vec<Header<'a>>,
+    #[serde(borrow)]
+    content: Content<'a>,
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Content<'a> {
+    #[serde(default)]
+    size: Option<f64>,
+    #[serde(rename = "mimeType", default)]
+    mime_type: Option<String>,
+    /// Kept as the raw JSON literal: decoded in pieces, never whole.
+    #[serde(default, borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(default)]
+    encoding: Option<String>,
+    #[serde(default)]
+    comment: Option<String>,
+    #[serde(rename = "_file", default)]
+    file: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct EventSourceMessage<'a> {
+    #[serde(rename = "eventName", default, borrow)]
+    event_name: Option<Cow<'a, str>>,
+    #[serde(rename = "eventId", default, borrow)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    data: Option<Cow<'a, str>>,
+}
+
+/// First value of the header `name` (names compared without regard to case), trimmed of
+/// optional whitespace as an HTTP parser would.
+fn header<'h>(headers: &'h [Header<'_>], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value.trim_matches([' ', '\t']))
+}
+
+/// What the entry's body was, as far as the HAR holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodySource {
+    Text,
+    File,
+    Messages,
+    Empty,
+    Absent,
+    FileMissing,
+}
+
+/// How a resume's body ended, and what the HAR adds to its verdict.
+struct BodyOutcome {
+    how: BodyEnd,
+    /// Replaces the reason of a `capture_incomplete` verdict.
+    reason: Option<&'static str>,
+    /// The recorded events cannot stand for the stream: no server verdict.
+    withhold: bool,
+}
+
+/// Feeds decoded body bytes to the tracker in pieces.
+struct BodySink<'t> {
+    tracker: &'t mut ExchangeTracker,
+    mark: Mark,
+    base64: Option<Base64>,
+    out: Vec<u8>,
+    /// Decoded bytes fed.
+    fed: u64,
+}
+
+impl BodySink<'_> {
+    fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
+        match self.base64.as_mut() {
+            None => {
+                self.fed += bytes.len() as u64;
+                self.tracker.body(0, bytes, self.mark);
+            }
+            Some(b64) => {
+                self.out.clear();
+                b64.decode(bytes, &mut self.out)?;
+                self.fed += self.out.len() as u64;
+                self.tracker.body(0, &self.out, self.mark);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        if let Some(b64) = self.base64.as_mut() {
+            self.out.clear();
+            b64.finish(&mut self.out)?;
+            self.fed += self.out.len() as u64;
+            self.tracker.body(0, &self.out, self.mark);
+        }
+        Ok(())
+    }
+}
+
+/// One HAR input being analyzed.
+struct HarRun<'r> {
+    name: &'r str,
+    dir: PathBuf,
+    limits: &'r Limits,
+    report: &'r mut InputReport,
+}
+
+impl HarRun<'_> {
+    fn entry_error(&mut self, index: u64, what: String) {
+        self.report
+            .messages
+            .push((true, format!("{}: entry {index}: {what}", self.name)));
+    }
+
+    /// A kept string, or why the entry is refused.
+    fn kept(&self, what: &str, value: &str) -> Result<String, String> {
+        let max = self.limits.max_header_bytes;
+        if value.len() > max {
+            return Err(format!("{what} is longer than {max} bytes"));
+        }
+        Ok(value.to_string())
+    }
+
+    fn entry(&mut self, index: u64, raw: &[u8]) {
+        if let Err(what) = self.try_entry(index, raw) {
+            self.entry_error(index, what);
+        }
+    }
+
+    fn try_entry(&mut self, index: u64, raw: &[u8]) -> Result<(), String> {
+        let e: Entry<'_> = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let time_ns = parse_rfc3339(&e.started).ok_or_else(|| {
+            let shown: String = e.started.chars().take(40).collect();
+            format!("startedDateTime {shown:?} is not an RFC 3339 date-time")
+        })?;
+        let mark = Mark::new(index, time_ns);
+        let req = &e.request;
+        let opt = |what: &str, v: Option<&str>| v.map(|v| self.kept(what, v)).transpose();
+        let last_event_id = opt("Last-Event-ID", header(&req.headers, "last-event-id"))?;
+        let head = RequestHead {
+            exchange: 0,
+            method: self.kept("request.method", &req.method)?,
+            target: self.kept("request.url", &req.url)?,
+            session_id: opt("Mcp-Session-Id", header(&req.headers, "mcp-session-id"))?,
+            last_event_id: last_event_id.clone(),
+            protocol_version: opt(
+                "MCP-Protocol-Version",
+                header(&req.headers, "mcp-protocol-version"),
+            )?,
+            first: mark,
+            complete: mark,
+        };
+        let resp = &e.response;
+        // Browsers write 0 (Chrome) or -1 (Playwright) for a request that got no response.
+        let status = u16::try_from(resp.status.max(0))
+            .ok()
+            .filter(|s| *s <= 999)
+            .ok_or_else(|| format!("response.status {} is not an HTTP status", resp.status))?;
+        let mut tracker = ExchangeTracker::new(self.limits);
+        tracker.request(head);
+        let mut outcome = BodyOutcome {
+            how: BodyEnd::Complete,
+            reason: None,
+            withhold: false,
+        };
+        if status == 0 {
+            tracker.finish(None, true, mark);
+            outcome.reason = Some(NO_RESPONSE);
+        } else {
+            let content_type = header(&resp.headers, "content-type").or(resp
+                .content
+                .mime_type
+                .as_deref()
+                .filter(|m| !m.is_empty()));
+            let head = ResponseHead {
+                exchange: 0,
+                status,
+                content_type: opt("response Content-Type", content_type)?,
+                session_id: opt(
+                    "response Mcp-Session-Id",
+                    header(&resp.headers, "mcp-session-id"),
+                )?,
+                content_encoding: opt(
+                    "Content-Encoding",
+                    header(&resp.headers, "content-encoding"),
+                )?,
+                first: mark,
+                complete: mark,
+            };
+            let wants_body = head.is_event_stream();
+            tracker.response(head);
+            if let (Some(last), true) = (&last_event_id, wants_body) {
+                outcome = self.feed_body(&e, last, &mut tracker, mark)?;
+            }
+            tracker.body_end(0, outcome.how, mark);
+        }
+        self.report.stats.http_exchanges += tracker.exchanges;
+        self.report.sessions.append(&mut tracker.session_ids);
+        for mut r in tracker.resumes.drain(..) {
+            let answered_stream = r.status.is_some_and(|s| (200..300).contains(&s));
+            if outcome.withhold && answered_stream && r.decision.verdict != Verdict::Rejected {
+                r.decision = Decision {
+                    verdict: Verdict::CaptureIncomplete,
+                    reason: outcome.reason.unwrap_or(CUT_BODY),
+                    lost: None,
+                    replayed_count: None,
+                };
+                if r.first_id_after_gap.is_none() {
+                    r.first_id_after_gap = r.first_event_id.take();
+                }
+                r.first_event_id = None;
+                r.first_event = None;
+                r.first_event_id_truncated = false;
+            } else if r.decision.verdict == Verdict::CaptureIncomplete
+                && let Some(reason) = outcome.reason
+            {
+                r.decision.reason = reason;
+            }
+            r.connection = ConnectionRef {
+                tcp_stream: None,
+                client: None,
+                server: None,
+                har_entry: Some(index),
+            };
+            self.report.resumes.push(r);
+        }
+        Ok(())
+    }
+
+    /// Decodes and feeds the body of a resumed event stream; says how it ended.
+    fn feed_body(
+        &mut self,
+        e: &Entry<'_>,
+        last_event_id: &str,
+        tracker: &mut ExchangeTracker,
+        mark: Mark,
+    ) -> Result<BodyOutcome, String> {
+        let resp = &e.response;
+        let c = &resp.content;
+        let base64 = match c.encoding.as_deref().map(str::trim) {
+            None | Some("") => false,
+            Some(enc) if enc.eq_ignore_ascii_case("base64") => true,
+            Some(enc) => {
+                let shown: String = enc.chars().take(40).collect();
+                return Err(format!(
+                    "content.encoding {shown:?} is not supported (only base64)"
+                ));
+            }
+        };
+        let text = match c.text {
+            Some(raw) if !raw.get().starts_with('"') => {
+                return Err("response.content.text is not a string".to_string());
+            }
+            other => other.map(|raw| raw.get().as_bytes()),
+        };
+        let messages = e.event_source_messages.as_deref().filter(|m| !m.is_empty());
+        let mut sink = BodySink {
+            tracker,
+            mark,
+            base64: base64.then(Base64::default),
+            out: Vec::new(),
+            fed: 0,
+        };
+        let mut ambiguous = false;
+        let source = if let Some(raw) = text.filter(|t| t.len() > 2) {
+            unescape_json_string(raw, &mut |piece| sink.push(piece))?;
+            BodySource::Text
+        } else if let Some(file) = c.file.as_deref() {
+            self.feed_file(file, &mut sink)?
+        } else if let Some(messages) = messages {
+            ambiguous = feed_messages(messages, last_event_id, &mut sink)?;
+            BodySource::Messages
+        } else if text.is_some() {
+            BodySource::Empty
+        } else {
+            BodySource::Absent
+        };
+        sink.finish()?;
+        let fed = sink.fed;
+        // An empty body is empty wherever it was kept (Playwright writes an empty file).
+        let source = match source {
+            BodySource::Text | BodySource::File if fed == 0 => BodySource::Empty,
+            other => other,
+        };
+
+        // What the entry says of the body's length. Content.size is the decoded length by the
+        // HAR spec, but some tools write the encoded length: it is only compared when the
+        // body was not content-encoded.
+        let encoded = header(&resp.headers, "content-encoding")
+            .is_some_and(|v| v.split(',').any(|c| !matches!(c.trim(), "" | "identity")));
+        let declared = (!encoded)
+            .then(|| header(&resp.headers, "content-length"))
+            .flatten()
+            .and_then(|v| v.parse::<u64>().ok());
+        let size_says_more = !encoded && c.size.is_some_and(|s| s.is_finite() && s > fed as f64);
+        let comment_says_cut = [c.comment.as_deref(), resp.comment.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(says_cut);
+        let cut = size_says_more || comment_says_cut || declared.is_some_and(|d| d > fed);
+        let whole = !cut && declared == Some(fed);
+
+        // Only the entry's own length proves a body whole; otherwise its end is not seen, and
+        // an id-less stream stays undecided instead of `empty`.
+        let not_seen_to_end = BodyEnd::Stream(StreamEnd::CaptureEnd);
+        let how = if whole {
+            BodyEnd::Complete
+        } else {
+            not_seen_to_end
+        };
+        let outcome = |how, reason, withhold| BodyOutcome {
+            how,
+            reason: Some(reason),
+            withhold,
+        };
+        Ok(match source {
+            BodySource::Absent => outcome(how, NO_BODY, false),
+            BodySource::Empty => outcome(how, EMPTY_BODY, false),
+            BodySource::FileMissing => outcome(not_seen_to_end, FILE_MISSING, false),
+            BodySource::Text | BodySource::File if cut => outcome(not_seen_to_end, CUT_BODY, true),
+            BodySource::Text | BodySource::File => outcome(how, NO_ID_UNPROVEN, false),
+            // Live dispatches of a stream that may still have been open.
+            BodySource::Messages if ambiguous => outcome(not_seen_to_end, MESSAGES_AMBIGUOUS, true),
+            BodySource::Messages => outcome(not_seen_to_end, MESSAGES_NO_ID, false),
+        })
+    }
+
+    /// Streams an attached body file (Playwright's `content._file`) from beside the HAR.
+    fn feed_file(&mut self, file: &str, sink: &mut BodySink<'_>) -> Result<BodySource, String> {
+        let plain = !file.is_empty()
+            && file != "."
+            && file != ".."
+            && !file.contains(['/', '\\', '\0'])
+            && file.len() <= 255;
+        if !plain {
+            let shown: String = file.chars().take(40).collect();
+            return Err(format!(
+                "content._file {shown:?} is not a plain file name beside the HAR"
+            ));
+        }
+        let path = self.dir.join(file);
+        let mut f = match File::open(&path) {
+            Ok(f) => f,
+            Err(err) => {
+                self.report.messages.push((
+                    false,
+                    format!(
+                        "{}: body file {} cannot be opened: {err}",
+                        self.name,
+                        path.display()
+                    ),
+                ));
+                return Ok(BodySource::FileMissing);
+            }
+        };
+        let mut buf = vec![0u8; BODY_CHUNK];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => return Ok(BodySource::File),
+                Ok(n) => sink.push(buf.get(..n).unwrap_or(&[]))?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("body file {}: read error: {e}", path.display())),
+            }
+        }
+    }
+}
+
+/// True when a HAR comment says the body was cut or left out (HTTP Toolkit, Firefox-style
+/// notes, proxies with body limits).
+fn says_cut(comment: &str) -> bool {
+    let lower = comment.to_ascii_lowercase();
+    ["truncat", "discard", "cut short", "too large", "exceed"]
+        .iter()
+        .any(|w| lower.contains(w))
+}
+
+/// Writes `_eventSourceMessages` as the event stream they were parsed from.
+///
+/// Browsers report each event's *last event id*, which an event without an `id` field
+/// inherits from the one before it (and, for an EventSource, from the `Last-Event-ID` it
+/// reconnected with). So an id is written only where it changes; a first event reporting
+/// `Last-Event-ID` itself is ambiguous (a replay of that id, or no id at all), which the
+/// return value says. An empty id is no id.
+fn feed_messages(
+    messages: &[EventSourceMessage<'_>],
+    last_event_id: &str,
+    sink: &mut BodySink<'_>,
+) -> Result<bool, String> {
+    let mut previous: Option<&str> = Some(last_event_id).filter(|l| !l.is_empty());
+    let mut ambiguous = false;
+    let mut block: Vec<u8> = Vec::new();
+    for (k, m) in messages.iter().enumerate() {
+        block.clear();
+        let id = m.event_id.as_deref().filter(|id| !id.is_empty());
+        if let Some(id) = id
+            && id.contains(['\r', '\n'])
+        {
+            return Err(format!(
+                "_eventSourceMessages[{k}].eventId holds a line break"
+            ));
+        }
+        if k == 0 && id.is_some() && id == previous {
+            ambiguous = true;
+        }
+        if let Some(name) = m.event_name.as_deref()
+            && !name.is_empty()
+        {
+            block.extend_from_slice(b"event: ");
+            // A name is one line; anything after a line break would be read as fields.
+            let line = name.split(['\r', '\n']).next().unwrap_or("");
+            block.extend_from_slice(line.as_bytes());
+            block.push(b'\n');
+        }
+        if id.is_some() && id != previous {
+            block.extend_from_slice(b"id: ");
+            block.extend_from_slice(id.unwrap_or("").as_bytes());
+            block.push(b'\n');
+            previous = id;
+        }
+        // Each line of the data becomes a data field: no byte of it can be read as a field.
+        let data = m.data.as_deref().unwrap_or("");
+        let mut rest = data;
+        loop {
+            let cut = rest.find(['\r', '\n']);
+            let (line, tail) = match cut {
+                Some(i) => {
+                    let skip = if rest.get(i..i + 2) == Some("\r\n") {
+                        2
+                    } else {
+                        1
+                    };
+                    (
+                        rest.get(..i).unwrap_or(""),
+                        rest.get(i + skip..).unwrap_or(""),
+                    )
+                }
+                None => (rest, ""),
+            };
+            block.extend_from_slice(b"data: ");
+            block.extend_from_slice(line.as_bytes());
+            block.push(b'\n');
+            if cut.is_none() {
+                break;
+            }
+            rest = tail;
+        }
+        block.push(b'\n');
+        for piece in block.chunks(BODY_CHUNK) {
+            // Synthesized text is never base64: bypass the decoder.
+            sink.fed += piece.len() as u64;
+            sink.tracker.body(0, piece, sink.mark);
+        }
+    }
+    Ok(ambiguous)
+}
+
+/// Decodes a JSON string literal (`raw`, quotes included, its extent already checked by
+/// serde_json) to UTF-8 bytes, handing them out in pieces of at most [`BODY_CHUNK`] bytes.
+/// A lone surrogate escape becomes U+FFFD.
+pub fn unescape_json_string(
+    raw: &[u8],
+    out: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    let inner = raw
+        .strip_prefix(b"\"")
+        .and_then(|r| r.strip_suffix(b"\""))
+        .ok_or_else(|| "not a JSON string".to_string())?;
+    let mut buf: Vec<u8> = Vec::with_capacity(inner.len().min(BODY_CHUNK) + 4);
+    // Appends to the piece being built, handing out every full piece.
+    let mut put = |buf: &mut Vec<u8>, mut bytes: &[u8]| -> Result<(), String> {
+        while !bytes.is_empty() {
+            let room = BODY_CHUNK - buf.len();
+            let (now, later) = bytes.split_at(room.min(bytes.len()));
+            buf.extend_from_slice(now);
+            bytes = later;
+            if buf.len() == BODY_CHUNK {
+                out(buf)?;
+                buf.clear();
+            }
+        }
+        Ok(())
+    };
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let plain = memchr(b'\\', rest).unwrap_or(rest.len());
+        let (run, tail) = rest.split_at(plain);
+        put(&mut buf, run)?;
+        rest = tail;
+        let Some((&b'\\', tail)) = rest.split_first() else {
+            break;
+        };
+        let Some((&kind, tail)) = tail.split_first() else {
+            return Err("a string ends in a lone backslash".to_string());
+        };
+        rest = tail;
+        let byte = match kind {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let hi = hex4(rest).ok_or("a \\u escape without four hex digits")?;
+                rest = rest.get(4..).unwrap_or(&[]);
+                let mut ch = char::from_u32(u32::from(hi));
+                if (0xD800..0xDC00).contains(&hi)
+                    && rest.starts_with(b"\\u")
+                    && let Some(lo) = hex4(rest.get(2..).unwrap_or(&[]))
+                    && (0xDC00..0xE000).contains(&lo)
+                {
+                    let cp = 0x10000 + ((u32::from(hi) - 0xD800) << 10) + (u32::from(lo) - 0xDC00);
+                    ch = char::from_u32(cp);
+                    rest = rest.get(6..).unwrap_or(&[]);
+                }
+                let mut utf8 = [0u8; 4];
+                let ch = ch.unwrap_or('\u{FFFD}');
+                put(&mut buf, ch.encode_utf8(&mut utf8).as_bytes())?;
+                continue;
+            }
+            _ => return Err("an invalid escape in a string".to_string()),
+        };
+        put(&mut buf, &[byte])?;
+    }
+    if !buf.is_empty() {
+        out(&buf)?;
+    }
+    Ok(())
+}
+
+fn hex4(b: &[u8]) -> Option<u16> {
+    let digits = b.get(..4)?;
+    let mut v: u16 = 0;
+    for &d in digits {
+        let x = (d as char).to_digit(16)?;
+        v = (v << 4) | x as u16;
+    }
+    Some(v)
+}
+
+/// Strict streaming base64 (RFC 4648 alphabet, `=` padding only at the end; a missing final
+/// padding is accepted). Holds at most three sextets between calls.
+#[derive(Debug, Default)]
+pub struct Base64 {
+    acc: u32,
+    have: u8,
+    pad: u8,
+    /// Input bytes seen, for error positions.
+    seen: u64,
+}
+
+const B64_INVALID: u8 = 0xFF;
+const B64_TABLE: [u8; 256] = {
+    let mut t = [B64_INVALID; 256];
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut i = 0;
+    while i < 64 {
+        t[alphabet[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+impl Base64 {
+    /// Decodes the next input bytes, appending to `out`.
+    pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        out.reserve(input.len() / 4 * 3 + 3);
+        for &b in input {
+            let at = self.seen;
+            self.seen += 1;
+            if self.pad > 0 {
+                if b == b'=' && self.have + self.pad < 4 {
+                    self.pad += 1;
+                    continue;
+                }
+                return Err(format!(
+                    "invalid base64: data after the padding at byte {at}"
+                ));
+            }
+            if b == b'=' {
+                if self.have < 2 {
+                    return Err(format!("invalid base64: misplaced padding at byte {at}"));
+                }
+                self.pad = 1;
+                continue;
+            }
+            let v = B64_TABLE[b as usize];
+            if v == B64_INVALID {
+                return Err(format!("invalid base64: byte 0x{b:02x} at {at}"));
+            }
+            self.acc = (self.acc << 6) | u32::from(v);
+            self.have += 1;
+            if self.have == 4 {
+                out.extend_from_slice(&[
+                    (self.acc >> 16) as u8,
+                    (self.acc >> 8) as u8,
+                    self.acc as u8,
+                ]);
+                self.acc = 0;
+                self.have = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the input: emits the bytes of a final partial group.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        if self.pad > 0 && self.have + self.pad != 4 {
+            return Err("invalid base64: incomplete padding".to_string());
+        }
+        match self.have {
+            0 => {}
+            2 => out.push((self.acc >> 4) as u8),
+            3 => out.extend_from_slice(&[(self.acc >> 10) as u8, (self.acc >> 2) as u8]),
+            _ => return Err("invalid base64: a lone final character".to_string()),
+        }
+        *self = Base64::default();
+        Ok(())
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM|±HHMM)` to nanoseconds since the Unix epoch
+/// (digits past nanoseconds are ignored); `None` when malformed or outside what i64
+/// nanoseconds hold (years 1678 to 2261).
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() > 64 {
+        return None;
+    }
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let d = b.get(from..from + len)?;
+        d.iter().try_fold(0i64, |acc, c| {
+            c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+        })
+    };
+    let at = |i: usize, want: &[u8]| b.get(i).is_some_and(|c| want.contains(c));
+    let year = num(0, 4)?;
+    let month = num(5, 2)?;
+    let day = num(8, 2)?;
+    let hour = num(11, 2)?;
+    let minute = num(14, 2)?;
+    let second = num(17, 2)?;
+    if !(at(4, b"-") && at(7, b"-") && at(10, b"Tt ") && at(13, b":") && at(16, b":")) {
+        return None;
+    }
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: i64 = 0;
+    if at(i, b".,") {
+        i += 1;
+        let digits = b
+            .get(i..)?
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return None;
+        }
+        for k in 0..9 {
+            let d = if k < digits { num(i + k, 1)? } else { 0 };
+            nanos = nanos * 10 + d;
+        }
+        i += digits;
+    }
+    let offset_s = match b.get(i)? {
+        b'Z' | b'z' => {
+            i += 1;
+            0
+        }
+        sign @ (b'+' | b'-') => {
+            let oh = num(i + 1, 2)?;
+            let (om, len) = if at(i + 3, b":") {
+                (num(i + 4, 2)?, 6)
+            } else {
+                (num(i + 3, 2)?, 5)
+            };
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            i += len;
+            let off = oh * 3600 + om * 60;
+            if *sign == b'-' { -off } else { off }
+        }
+        _ => return None,
+    };
+    if i != b.len() {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::analyze_reader;
+
+    /// Hands out the input in pieces of the sizes a generator chooses.
+    struct Pieces<'a, F: FnMut() -> usize> {
+        data: &'a [u8],
+        next: F,
+    }
+
+    impl<F: FnMut() -> usize> Read for Pieces<'_, F> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = (self.next)().max(1).min(buf.len()).min(self.data.len());
+            let (head, tail) = self.data.split_at(n);
+            buf[..n].copy_from_slice(head);
+            self.data = tail;
+            Ok(n)
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn fixture(rel: &str) -> Vec<u8> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/har")
+            .join(rel);
+        std::fs::read(p).unwrap()
+    }
+
+    /// What a report says, in a comparable form.
+    fn summary(r: &InputReport) -> String {
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}",
+            r.resumes, r.sessions, r.messages, r.stats
+        )
+    }
+
+    fn analyze_every_way(name: &str, data: &[u8]) -> String {
+        let opts = Options::default();
+        let whole = summary(&analyze_reader(name, data, &opts));
+        let by_byte = summary(&analyze_reader(name, Pieces { data, next: || 1 }, &opts));
+        assert_eq!(whole, by_byte, "{name}: byte by byte");
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..20 {
+            let max = 1 + (rng.next() % 700) as usize;
+            let mut r2 = Rng(rng.next() | 1);
+            let split = summary(&analyze_reader(
+                name,
+                Pieces {
+                    data,
+                    next: move || 1 + (r2.next() as usize % max),
+                },
+                &opts,
+            ));
+            assert_eq!(whole, split, "{name}: random splits up to {max}");
+        }
+        whole
+    }
+
+    #[test]
+    fn the_same_answer_however_the_file_is_read() {
+        for name in [
+            "mixed.har",
+            "quirk-unsorted.har",
+            "quirk-bom-crlf.har",
+            "quirk-json-escapes.har",
+            "quirk-base64.har",
+            "quirk-zhar.zhar",
+            "quirk-event-source-messages.har",
+        ] {
+            let data = fixture(name);
+            let got = analyze_every_way(name, &data);
+            assert!(got.contains("har_entry: Some("), "{name}: {got}");
+        }
+    }
+
+    #[test]
+    fn entries_are_cited_by_index_and_sorted_by_time() {
+        let data = fixture("quirk-unsorted.har");
+        let r = analyze_reader("u.har", &data[..], &Options::default());
+        let order: Vec<(Option<u64>, Verdict)> = r
+            .resumes
+            .iter()
+            .map(|x| (x.connection.har_entry, x.decision.verdict))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (Some(4), Verdict::GapSkipped),
+                (Some(0), Verdict::Correct),
+                (Some(1), Verdict::Replayed)
+            ]
+        );
+        assert!(r.resumes.iter().all(|x| x.connection.tcp_stream.is_none()));
+        assert_eq!(r.resumes[0].request.frame, 4);
+        assert_eq!(r.stats.http_exchanges, 5);
+        assert!(r.messages.is_empty(), "{:?}", r.messages);
+    }
+
+    #[test]
+    fn a_cut_file_keeps_the_entries_before_the_cut() {
+        let data = fixture("mixed.har");
+        let whole = analyze_reader("m.har", &data[..], &Options::default());
+        assert_eq!(whole.resumes.len(), 7);
+        let mut rng = Rng(7);
+        for _ in 0..200 {
+            let cut = (rng.next() as usize) % data.len();
+            let r = analyze_reader("m.har", &data[..cut], &Options::default());
+            assert!(r.failed(), "cut at {cut}");
+            assert!(r.resumes.len() <= whole.resumes.len());
+            for got in &r.resumes {
+                assert!(whole.resumes.contains(got), "cut at {cut}: {got:?}");
+            }
+            let text = &r.messages[0].1;
+            assert!(text.starts_with("m.har: "), "{text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn damaged_bytes_never_panic() {
+        let data = fixture("mixed.har");
+        let mut rng = Rng(99);
+        for _ in 0..300 {
+            let mut bad = data.clone();
+            for _ in 0..(1 + rng.next() % 8) {
+                let at = (rng.next() as usize) % bad.len();
+                bad[at] = b"{}[]\":,\\x0 "[(rng.next() % 11) as usize];
+            }
+            let _ = analyze_reader("d.har", &bad[..], &Options::default());
+        }
+    }
+
+    #[test]
+    fn an_oversized_entry_is_skipped_and_named() {
+        let data = fixture("mixed.har");
+        let mut report = InputReport::default();
+        analyze_har_bounded("m.har", &data[..], &Options::default(), 1500, &mut report);
+        let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
+        assert!(!errors.is_empty());
+        assert!(
+            errors
+                .iter()
+                .all(|t| t.contains("larger than 1500 bytes; skipped")),
+            "{errors:?}"
+        );
+        // The small resume entries still went through.
+        assert!(!report.resumes.is_empty());
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let mut doc = b"{\"x\":".to_vec();
+        doc.extend(std::iter::repeat_n(b'[', 100_000));
+        let r = analyze_reader("n.har", &doc[..], &Options::default());
+        assert!(r.messages[0].1.contains("nesting"), "{:?}", r.messages);
+        let mut doc = b"{\"log\":{\"entries\":[".to_vec();
+        doc.extend(std::iter::repeat_n(b'[', 400));
+        doc.extend(std::iter::repeat_n(b']', 400));
+        doc.extend_from_slice(b"]}}");
+        let r = analyze_reader("n.har", &doc[..], &Options::default());
+        assert_eq!(r.messages.len(), 1, "{:?}", r.messages);
+        assert!(r.messages[0].1.contains("entry 0: not a JSON object"));
+    }
+
+    #[test]
+    fn not_har_documents() {
+        for (doc, want) in [
+            (&b"{\"foo\": 1}"[..], "no \"log\" object"),
+            (b"{\"log\": []}", "\"log\" is not an object"),
+            (b"{\"log\": {\"version\": \"1.2\"}}", "no \"entries\" array"),
+            (
+                b"{\"log\": {\"entries\": {}}}",
+                "\"log.entries\" is not an array",
+            ),
+            (b"{\"log\": {\"entries\": [", "the file ends"),
+            (b"{\"log\" {}}", "expected ':'"),
+            (b"{", "expected a member name"),
+        ] {
+            let r = analyze_reader("x.har", doc, &Options::default());
+            assert_eq!(r.messages.len(), 1, "{doc:?}");
+            assert!(r.messages[0].1.contains(want), "{doc:?}: {:?}", r.messages);
+        }
+        let r = analyze_reader(
+            "x.har",
+            &b"{\"log\":{\"entries\":[]}} x"[..],
+            &Options::default(),
+        );
+        assert!(!r.failed());
+        assert!(r.messages[0].1.contains("data after the end"));
+    }
+
+    #[test]
+    fn rfc3339_times() {
+        let base = 1_762_682_400_000_000_000i64; // 2025-11-09T10:00:00Z
+        for (s, want) in [
+            ("2025-11-09T10:00:00Z", Some(base)),
+            ("2025-11-09T10:00:00.5Z", Some(base + 500_000_000)),
+            (
+                "2025-11-09T10:00:00.123456789123Z",
+                Some(base + 123_456_789),
+            ),
+            ("2025-11-09T11:00:00+01:00", Some(base)),
+            ("2025-11-09T05:00:00-0500", Some(base)),
+            ("2025-11-09t10:00:00.000z", Some(base)),
+            ("2025-11-09 10:00:00+00:00", Some(base)),
+            ("1970-01-01T00:00:00Z", Some(0)),
+            ("1969-12-31T23:59:59.999999999Z", Some(-1)),
+            ("2024-02-29T00:00:00Z", Some(1_709_164_800_000_000_000)),
+            ("2023-02-29T00:00:00Z", None),
+            ("2025-13-01T00:00:00Z", None),
+            ("2025-11-09T24:00:00Z", None),
+            ("2025-11-09T10:00:00", None),
+            ("2025-11-09T10:00:00.Z", None),
+            ("2025-11-09T10:00:00Zjunk", None),
+            ("2025-11-09T10:00:00+24:00", None),
+            ("9999-12-31T23:59:59Z", None),
+            ("", None),
+            ("2025-11-0\u{669}T10:00:00Z", None),
+        ] {
+            assert_eq!(parse_rfc3339(s), want, "{s}");
+        }
+    }
+
+    fn b64(input: &[u8], split: usize) -> Result<Vec<u8>, String> {
+        let mut d = Base64::default();
+        let mut out = Vec::new();
+        let (a, b) = input.split_at(split.min(input.len()));
+        d.decode(a, &mut out)?;
+        d.decode(b, &mut out)?;
+        d.finish(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn base64_strict_and_split_invariant() {
+        for (enc, dec) in [
+            ("", &b""[..]),
+            ("Zg==", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm9v", b"foo"),
+            ("Zm9vYg==", b"foob"),
+            ("Zm9vYmE=", b"fooba"),
+            ("Zm9vYmFy", b"foobar"),
+            ("Zm9vYg", b"foob"),
+            ("+/8=", &[0xfb, 0xff][..]),
+        ] {
+            for split in 0..=enc.len() {
+                assert_eq!(
+                    b64(enc.as_bytes(), split).as_deref(),
+                    Ok(dec),
+                    "{enc} at {split}"
+                );
+            }
+        }
+        for bad in [
+            "Z", "Zm9vY", "Zg=x", "=Zg=", "Zg===", "Zm 9v", "Zm9v\n", "Zm-_", "Z===",
+        ] {
+            for split in 0..=bad.len() {
+                assert!(b64(bad.as_bytes(), split).is_err(), "{bad} at {split}");
+            }
+        }
+    }
+
+    fn unescape(raw: &str) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        unescape_json_string(raw.as_bytes(), &mut |p| {
+            assert!(!p.is_empty() && p.len() <= BODY_CHUNK);
+            out.extend_from_slice(p);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn json_strings_decode_in_pieces() {
+        assert_eq!(
+            unescape(r#""a\nb\"\\\/\t\r\b\f""#).unwrap(),
+            b"a\nb\"\\/\t\r\x08\x0c"
+        );
+        assert_eq!(
+            unescape(r#""caf\u00e9 \ud83d\ude00""#).unwrap(),
+            "café \u{1F600}".as_bytes()
+        );
+        assert_eq!(unescape(r#""\ud83d x""#).unwrap(), "\u{FFFD} x".as_bytes());
+        assert_eq!(unescape(r#""\ude00""#).unwrap(), "\u{FFFD}".as_bytes());
+        assert!(unescape(r#""\x""#).is_err());
+        assert!(unescape(r#""\u12""#).is_err());
+        assert!(unescape("no quotes").is_err());
+        // Long bodies come out whole, in bounded pieces, escapes across piece boundaries.
+        let body: String = (0..40_000).map(|i| format!("id: {i}\\n")).collect();
+        let raw = format!("\"{body}\"");
+        let want: String = (0..40_000).map(|i| format!("id: {i}\n")).collect();
+        assert_eq!(unescape(&raw).unwrap(), want.as_bytes());
+    }
+
+    #[test]
+    fn event_source_messages_write_ids_only_where_they_change() {
+        let limits = Limits::default();
+        let msg = |id: &'static str, data: &'static str| EventSourceMessage {
+            event_name: Some(Cow::Borrowed("message")),
+            event_id: Some(Cow::Borrowed(id)),
+            data: Some(Cow::Borrowed(data)),
+        };
+        let msgs = [msg("7", "a"), msg("7", "b\r\nid: 99"), msg("8", "")];
+        let run = |last: &str, msgs: &[EventSourceMessage<'_>]| {
+            let mut tracker = ExchangeTracker::new(&limits);
+            let mark = Mark::default();
+            tracker.request(RequestHead {
+                last_event_id: Some(last.to_string()),
+                ..Default::default()
+            });
+            tracker.response(ResponseHead {
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                ..Default::default()
+            });
+            let mut sink = BodySink {
+                tracker: &mut tracker,
+                mark,
+                base64: None,
+                out: Vec::new(),
+                fed: 0,
+            };
+            let ambiguous = feed_messages(msgs, last, &mut sink);
+            tracker.body_end(0, BodyEnd::Stream(StreamEnd::CaptureEnd), mark);
+            (ambiguous, tracker.resumes.pop())
+        };
+        let (ambiguous, r) = run("5", &msgs);
+        assert_eq!(ambiguous, Ok(false));
+        let r = r.unwrap();
+        // The data line "id: 99" stays data; the repeated 7 is no id; 3 events in all.
+        assert_eq!(r.first_event_id.as_deref(), Some("7"));
+        assert_eq!(r.stream_events, 3);
+        assert_eq!(r.decision.verdict, Verdict::GapSkipped);
+        assert_eq!(run("7", &msgs).0, Ok(true));
+        assert!(run("5", &[msg("1\n2", "")]).0.is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! HAR input through the real binary: bad entries and documents, and the same verdicts as the
+//! captures of the same traffic.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-resume-audit")
+}
+
+struct Run {
+    resumes: Vec<Value>,
+    summary: Value,
+    code: i32,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Run {
+    let out = Command::new(bin()).args(args).output().expect("run binary");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 report");
+    let mut lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect();
+    let summary = lines.pop().expect("a summary line");
+    assert_eq!(summary["type"], "summary");
+    Run {
+        resumes: lines,
+        summary,
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mra-har-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn resume(index: u64, last: &str, text: Value, encoding: Option<&str>) -> Value {
+    let mut content = json!({"size": 0, "mimeType": "text/event-stream", "text": text});
+    if let Some(enc) = encoding {
+        content["encoding"] = json!(enc);
+    }
+    json!({
+        "startedDateTime": format!("2026-11-09T10:00:{:02}.000Z", index),
+        "request": {"method": "GET", "url": "http://127.0.0.1:8000/mcp",
+                    "headers": [{"name": "Mcp-Session-Id", "value": "s-bad"},
+                                {"name": "Last-Event-ID", "value": last}]},
+        "response": {"status": 200,
+                     "headers": [{"name": "Content-Type", "value": "text/event-stream"}],
+                     "content": content}
+    })
+}
+
+#[test]
+fn bad_entries_are_named_and_the_rest_is_analyzed() {
+    let dir = scratch("entries");
+    let mut entries = vec![
+        resume(0, "1", json!("id: 2\ndata: a\n\n"), None),
+        // Wrong type: the method is a number.
+        resume(1, "1", json!("id: 2\ndata: a\n\n"), None),
+        // Missing required field: no response.
+        json!({"startedDateTime": "2026-11-09T10:00:02Z",
+               "request": {"method": "GET", "url": "/", "headers": []}}),
+        // Invalid base64 in a resumed stream.
+        resume(3, "1", json!("aWQ6IDI*"), Some("base64")),
+        // A huge Last-Event-ID.
+        resume(4, &"9".repeat(200_000), json!("id: 2\ndata: a\n\n"), None),
+        // Not a date.
+        resume(5, "1", json!("id: 2\ndata: a\n\n"), None),
+        json!([1, 2, 3]),
+        resume(7, "4", json!("aWQ6IDUKZGF0YTogeAoK"), Some("base64")),
+    ];
+    entries[1]["request"]["method"] = json!(5);
+    entries[5]["startedDateTime"] = json!("yesterday");
+    let doc = json!({"log": {"version": "1.2", "creator": {"name": "t", "version": "1"},
+                             "entries": entries}});
+    let path = dir.join("bad.har");
+    std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let got = run(&[path.to_str().unwrap()]);
+    assert_eq!(got.code, 2, "{}", got.stderr);
+    let cited: Vec<u64> = got
+        .resumes
+        .iter()
+        .map(|r| r["har_entry"].as_u64().unwrap())
+        .collect();
+    assert_eq!(cited, vec![0, 7]);
+    assert!(got.resumes.iter().all(|r| r["verdict"] == "correct"));
+    let errors: Vec<&str> = got.stderr.lines().collect();
+    assert_eq!(errors.len(), 6, "{}", got.stderr);
+    for (line, (entry, what)) in errors.iter().zip([
+        (1, "invalid type"),
+        (2, "missing field `response`"),
+        (3, "invalid base64"),
+        (4, "Last-Event-ID is longer than 65536 bytes"),
+        (5, "is not an RFC 3339 date-time"),
+        (6, "not a JSON object"),
+    ]) {
+        assert!(line.starts_with("error: "), "{line}");
+        assert!(line.contains("bad.har: "), "{line}");
+        assert!(line.contains(&format!("entry {entry}: ")), "{line}");
+        assert!(line.contains(what), "{line}");
+        assert!(line.len() < 400, "one short line: {line}");
+    }
+    assert_eq!(got.summary["inputs_failed"], 1);
+    assert_eq!(got.summary["problems"].as_array().unwrap().len(), 6);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn documents_that_are_not_har_fail_alone() {
+    let dir = scratch("docs");
+    let cases: [(&str, &[u8], &str); 6] = [
+        ("garbage.har", b"{garbage", "expected a member name"),
+        (
+            "array.json",
+            b"[1, 2]",
+            "not a capture (pcap, pcapng) or HAR file",
+        ),
+        (
+            "other.json",
+            b"{\"name\": \"package\", \"version\": 1}",
+            "not a HAR file",
+        ),
+        (
+            "cut.har",
+            b"{\"log\": {\"entries\": [{\"startedDateTime\": \"20",
+            "entry 0",
+        ),
+        ("bad.zhar", b"\x78\x9c\x01\x02\x03garbage", "read error"),
+        (
+            "types.har",
+            b"{\"log\": {\"entries\": 5}}",
+            "\"log.entries\" is not an array",
+        ),
+    ];
+    let good = root().join("fixtures/har/verdict-correct.har");
+    let mut args = vec![good.to_str().unwrap().to_string()];
+    for (name, bytes, _) in &cases {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        args.push(p.to_str().unwrap().to_string());
+    }
+    for threads in ["-j1", "-j3"] {
+        let mut a: Vec<&str> = vec![threads];
+        a.extend(args.iter().map(String::as_str));
+        let got = run(&a);
+        assert_eq!(got.code, 2);
+        assert_eq!(got.resumes.len(), 1);
+        assert_eq!(got.resumes[0]["verdict"], "correct");
+        assert_eq!(got.summary["inputs"], 7);
+        assert_eq!(got.summary["inputs_failed"], 6);
+        let lines: Vec<&str> = got.stderr.lines().collect();
+        assert_eq!(lines.len(), cases.len(), "{}", got.stderr);
+        for (line, (name, _, what)) in lines.iter().zip(&cases) {
+            assert!(line.contains(name) && line.contains(what), "{line}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// (session_id, verdict, last_event_id, first_event_id) of each resume.
+fn verdicts(r: &Run) -> Vec<(Value, Value, Value, Value)> {
+    r.resumes
+        .iter()
+        .map(|x| {
+            (
+                x["session_id"].clone(),
+                x["verdict"].clone(),
+                x["last_event_id"].clone(),
+                x["first_event_id"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_capture_and_a_har_of_the_same_traffic_agree() {
+    let har_dir = root().join("fixtures/har");
+    let mut compared = 0;
+    for e in std::fs::read_dir(&har_dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        // The verdict-* HARs record the same exchanges as the captures of the same name.
+        let Some(stem) = name
+            .strip_suffix(".har")
+            .filter(|s| s.starts_with("verdict-"))
+        else {
+            continue;
+        };
+        let cap = root().join(format!("fixtures/gen/{stem}.pcap"));
+        if !cap.exists() {
+            continue;
+        }
+        let from_har = run(&[p.to_str().unwrap()]);
+        let from_cap = run(&[cap.to_str().unwrap()]);
+        assert_eq!(verdicts(&from_har), verdicts(&from_cap), "{stem}");
+        assert_eq!(from_har.code, from_cap.code, "{stem}");
+        assert!(from_har.resumes.iter().all(|r| r["har_entry"].is_u64()
+            && r["request_frame"].is_null()
+            && r["tcp_stream"].is_null()
+            && r["display_filter"].is_null()));
+        compared += 1;
+    }
+    assert!(compared >= 8, "only {compared} pairs");
+}
+
+#[test]
+fn an_export_cannot_make_a_streamed_body_empty() {
+    // The same resume as verdict-empty, with the proof of length removed: the HAR no longer
+    // shows that the server sent nothing.
+    let p = root().join("fixtures/har/verdict-empty.har");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let headers = &mut doc["log"]["entries"][2]["response"]["headers"];
+    headers
+        .as_array_mut()
+        .unwrap()
+        .retain(|h| h["name"] != "content-length");
+    let dir = scratch("empty");
+    let q = dir.join("no-length.har");
+    std::fs::write(&q, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let got = run(&[q.to_str().unwrap()]);
+    assert_eq!(got.resumes.len(), 1);
+    assert_eq!(got.resumes[0]["verdict"], "capture_incomplete");
+    assert!(
+        got.resumes[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("empty body"),
+        "{}",
+        got.resumes[0]
+    );
+    assert_eq!(got.code, 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_har_on_standard_input() {
+    let p = root().join("fixtures/har/quirk-zhar.zhar");
+    let out = Command::new(bin())
+        .arg("-")
+        .stdin(std::fs::File::open(&p).unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["verdict"], "replayed");
+    assert_eq!(first["har_entry"], 2);
+    assert_eq!(first["input"], "-");
+}
+
+#[test]
+fn attached_bodies_are_only_read_beside_the_har() {
+    let dir = scratch("file");
+    std::fs::write(dir.join("body.dat"), b"id: 2\ndata: x\n\n").unwrap();
+    let mut entries = Vec::new();
+    for (k, file) in ["body.dat", "../body.dat", "/etc/hostname", "gone.dat"]
+        .iter()
+        .enumerate()
+    {
+        let mut e = resume(k as u64, "1", json!(null), None);
+        e["response"]["content"] =
+            json!({"size": 15, "mimeType": "text/event-stream", "_file": file});
+        entries.push(e);
+    }
+    let doc = json!({"log": {"entries": entries}});
+    let path = dir.join("attach.har");
+    std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let got = run(&[path.to_str().unwrap()]);
+    let seen: Vec<(u64, &str)> = got
+        .resumes
+        .iter()
+        .map(|r| {
+            (
+                r["har_entry"].as_u64().unwrap(),
+                r["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, vec![(0, "correct"), (3, "capture_incomplete")]);
+    let lines: Vec<&str> = got.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", got.stderr);
+    assert!(lines[0].contains("entry 1: content._file \"../body.dat\" is not a plain file name"));
+    assert!(lines[1].contains("entry 2: content._file"));
+    assert!(lines[2].starts_with("warning: ") && lines[2].contains("gone.dat"));
+    assert_eq!(got.code, 2);
+    std::fs::remove_dir_all(&dir).ok();
+}
