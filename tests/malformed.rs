@@ -111,8 +111,10 @@ fn count(v: &Value, map: &str, key: &str) -> u64 {
 struct Case {
     file: &'static str,
     code: i32,
-    /// Substrings of the one stderr line (empty: stderr must be empty).
+    /// Substrings of stderr (empty: stderr must be empty).
     stderr: &'static [&'static str],
+    /// Lines on stderr: one per unreadable input, or per unreadable HAR entry.
+    lines: usize,
     verdicts: &'static [&'static str],
     /// `(map, key, count)` entries the summary must hold, e.g. `("packets_skipped", ...)`.
     counts: &'static [(&'static str, &'static str, u64)],
@@ -124,6 +126,7 @@ const CASES: &[Case] = &[
         file: "bad-magic.pcap",
         code: 2,
         stderr: &["error:", "bad-magic.pcap", "offset 0", "unrecognized magic"],
+        lines: 1,
         verdicts: &[],
         counts: &[],
         inputs_failed: 1,
@@ -137,6 +140,7 @@ const CASES: &[Case] = &[
             "offset 0",
             "cut short",
         ],
+        lines: 1,
         verdicts: &[],
         counts: &[],
         inputs_failed: 1,
@@ -150,6 +154,7 @@ const CASES: &[Case] = &[
             "offset 853",
             "cut short",
         ],
+        lines: 1,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "truncated_record", 1)],
         inputs_failed: 0,
@@ -163,6 +168,7 @@ const CASES: &[Case] = &[
             "offset 853",
             "cut short",
         ],
+        lines: 1,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "truncated_record", 1)],
         inputs_failed: 0,
@@ -171,6 +177,7 @@ const CASES: &[Case] = &[
         file: "caplen-above-snaplen.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[],
         inputs_failed: 0,
@@ -185,6 +192,7 @@ const CASES: &[Case] = &[
             "4294967295 bytes",
             "after frame 8",
         ],
+        lines: 1,
         verdicts: &["correct"],
         counts: &[],
         inputs_failed: 1,
@@ -193,6 +201,7 @@ const CASES: &[Case] = &[
         file: "zero-length-packets.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "malformed", 3)],
         inputs_failed: 0,
@@ -201,6 +210,7 @@ const CASES: &[Case] = &[
         file: "pcapng-epb-before-idb.pcapng",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "no_interface", 1)],
         inputs_failed: 0,
@@ -209,6 +219,7 @@ const CASES: &[Case] = &[
         file: "pcapng-unknown-interface.pcapng",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "no_interface", 2)],
         inputs_failed: 0,
@@ -222,6 +233,7 @@ const CASES: &[Case] = &[
             "offset 1068",
             "bad length 13",
         ],
+        lines: 1,
         verdicts: &["correct"],
         counts: &[],
         inputs_failed: 1,
@@ -235,6 +247,7 @@ const CASES: &[Case] = &[
             "offset 1068",
             "trailing length",
         ],
+        lines: 1,
         verdicts: &["correct"],
         counts: &[],
         inputs_failed: 1,
@@ -243,6 +256,7 @@ const CASES: &[Case] = &[
         file: "pcapng-sections-both-byte-orders.pcapng",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct", "correct"],
         counts: &[],
         inputs_failed: 0,
@@ -251,6 +265,7 @@ const CASES: &[Case] = &[
         file: "ip-truncated-header.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "malformed", 1)],
         inputs_failed: 0,
@@ -259,6 +274,7 @@ const CASES: &[Case] = &[
         file: "tcp-truncated-header.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "malformed", 1)],
         inputs_failed: 0,
@@ -267,6 +283,7 @@ const CASES: &[Case] = &[
         file: "ip-bad-ihl.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "malformed", 2)],
         inputs_failed: 0,
@@ -275,6 +292,7 @@ const CASES: &[Case] = &[
         file: "tcp-bad-data-offset.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "malformed", 2)],
         inputs_failed: 0,
@@ -283,6 +301,7 @@ const CASES: &[Case] = &[
         file: "ip-fragments.pcap",
         code: 0,
         stderr: &[],
+        lines: 0,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "ip_fragment", 2)],
         inputs_failed: 0,
@@ -291,6 +310,7 @@ const CASES: &[Case] = &[
         file: "http-10000-headers.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["capture_incomplete"],
         counts: &[("anomalies", "header_too_large", 1)],
         inputs_failed: 0,
@@ -299,6 +319,7 @@ const CASES: &[Case] = &[
         file: "http-chunk-size-2-64.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["unverifiable"],
         counts: &[("anomalies", "bad_chunk", 1)],
         inputs_failed: 0,
@@ -307,6 +328,7 @@ const CASES: &[Case] = &[
         file: "http-content-length-negative.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["unverifiable"],
         counts: &[("anomalies", "bad_content_length", 1)],
         inputs_failed: 0,
@@ -315,6 +337,7 @@ const CASES: &[Case] = &[
         file: "http-content-length-conflicting.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["unverifiable"],
         counts: &[("anomalies", "bad_content_length", 1)],
         inputs_failed: 0,
@@ -323,14 +346,40 @@ const CASES: &[Case] = &[
         file: "sse-id-10kb.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["capture_incomplete"],
         counts: &[("anomalies", "sse_field_too_long", 1)],
         inputs_failed: 0,
     },
     Case {
+        file: "har-wrong-types.har",
+        code: 2,
+        stderr: &[
+            "har-wrong-types.har: entry 1: invalid type",
+            "har-wrong-types.har: entry 2: not a JSON object",
+        ],
+        lines: 2,
+        verdicts: &["correct", "correct"],
+        counts: &[],
+        inputs_failed: 1,
+    },
+    Case {
+        file: "har-invalid-base64.har",
+        code: 2,
+        stderr: &[
+            "har-invalid-base64.har: entry 0: invalid base64",
+            "har-invalid-base64.har: entry 1: invalid base64",
+        ],
+        lines: 2,
+        verdicts: &["correct"],
+        counts: &[],
+        inputs_failed: 1,
+    },
+    Case {
         file: "tcp-hole-then-64kb.pcap",
         code: 1,
         stderr: &[],
+        lines: 0,
         verdicts: &["capture_incomplete"],
         counts: &[],
         inputs_failed: 0,
@@ -347,11 +396,7 @@ fn every_malformed_file_gives_its_documented_behaviour() {
         if case.stderr.is_empty() {
             assert!(r.stderr.is_empty(), "{what}");
         } else {
-            assert_eq!(
-                r.stderr.lines().count(),
-                1,
-                "one line per unreadable input: {what}"
-            );
+            assert_eq!(r.stderr.lines().count(), case.lines, "{what}");
             for part in case.stderr {
                 assert!(r.stderr.contains(part), "{part:?} missing: {what}");
             }
@@ -363,8 +408,10 @@ fn every_malformed_file_gives_its_documented_behaviour() {
         assert_eq!(r.summary["inputs_failed"], case.inputs_failed, "{what}");
         if case.code == 2 {
             let problems = r.summary["problems"].as_array().expect("problems");
-            assert_eq!(problems.len(), 1, "{what}");
-            assert!(problems[0]["error"].as_str().unwrap().contains(case.file));
+            assert_eq!(problems.len(), case.lines, "{what}");
+            for p in problems {
+                assert!(p["error"].as_str().unwrap().contains(case.file), "{what}");
+            }
         }
     }
 }
@@ -405,14 +452,20 @@ fn one_bad_input_does_not_stop_the_others() {
         let r = run_paths(&refs, &["-j", threads]);
         assert_eq!(r.code, 2);
         let failing = CASES.iter().filter(|c| c.code == 2).count() + 1;
+        let lines = CASES
+            .iter()
+            .filter(|c| c.code == 2)
+            .map(|c| c.lines)
+            .sum::<usize>()
+            + 1;
         assert_eq!(r.summary["inputs_failed"], failing as u64);
-        assert_eq!(r.summary["problems"].as_array().unwrap().len(), failing);
+        assert_eq!(r.summary["problems"].as_array().unwrap().len(), lines);
         let errors: Vec<&str> = r
             .stderr
             .lines()
             .filter(|l| l.starts_with("error:"))
             .collect();
-        assert_eq!(errors.len(), failing, "{}", r.stderr);
+        assert_eq!(errors.len(), lines, "{}", r.stderr);
         assert!(r.stderr.contains("does-not-exist.pcap: cannot open"));
         let want: usize = CASES.iter().map(|c| c.verdicts.len()).sum();
         assert_eq!(r.resumes.len(), want);

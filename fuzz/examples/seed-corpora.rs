@@ -1,13 +1,14 @@
 //! Writes the fuzz corpora's seeds from capture fixtures.
 //!
 //! Usage: `cargo run --manifest-path fuzz/Cargo.toml --example seed-corpora -- OUT_DIR
-//! CAPTURE_DIR...` (from the repository root: `fuzz/corpus fixtures/gen fixtures/real-tool`).
+//! CAPTURE_DIR...` (from the repository root: `fuzz/corpus fixtures/gen fixtures/real-tool fixtures/har`).
 //!
 //! Input: the pcap / pcapng files in the capture directories.
 //! Output: `OUT_DIR/<target>/<name>` files: the captures themselves for `capture_decode` and
 //! `pipeline`; per TCP connection, its segments in the `tcp_reassembly` encoding, its
 //! reassembled byte streams as a transcript for `http1_parser`, and the bodies of its
-//! event-stream responses as transcripts for `sse_parser`.
+//! event-stream responses as transcripts for `sse_parser`; HAR files (`.har`, `.zhar`) as
+//! they are for `har`.
 //! Invariants: the same fixtures give the same files.
 
 use std::collections::BTreeMap;
@@ -235,6 +236,17 @@ fn main() -> std::process::ExitCode {
         files.sort();
         for f in files {
             let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if matches!(ext, "har" | "zhar") {
+                let name = f.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                match std::fs::read(&f).and_then(|b| write(out, "har", &name, &b)) {
+                    Ok(()) => total += 1,
+                    Err(e) => {
+                        eprintln!("{}: {e}", f.display());
+                        return std::process::ExitCode::from(2);
+                    }
+                }
+                continue;
+            }
             if !matches!(ext, "pcap" | "pcapng") {
                 continue;
             }

@@ -569,3 +569,49 @@ pub fn pipeline(data: &[u8]) {
             .expect("writing to memory");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// HAR.
+
+/// Hands out its bytes in pieces of input-chosen sizes, to check that the HAR reader's answer
+/// does not depend on how its reads are served.
+struct PieceReader<'a> {
+    data: &'a [u8],
+    cuts: Cuts,
+}
+
+impl Read for PieceReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.cuts.next_len(self.data.len().min(buf.len()));
+        let n = n.min(self.data.len()).min(buf.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+/// Reads `data` as a HAR document (the pipeline recognizes it by content), once whole and once
+/// served in small reads; resumes, counters and messages must be the same.
+/// The input's name points into a folder that does not exist, so `content._file` bodies are
+/// never found (the fuzzer must not read files).
+pub fn har(data: &[u8]) {
+    let opts = Options {
+        threads: 1,
+        limits: Limits {
+            max_header_bytes: 512,
+            max_sse_field_bytes: 32,
+            ..Limits::default()
+        },
+    };
+    let name = "/nonexistent-fuzz-dir/fuzz.har";
+    let whole = pipeline::analyze_reader(name, data, &opts);
+    let seed = data.last().copied().unwrap_or(0);
+    let pieces = PieceReader {
+        data,
+        cuts: Cuts::new(seed),
+    };
+    let cut = pipeline::analyze_reader(name, pieces, &opts);
+    assert_eq!(whole.resumes, cut.resumes, "HAR resumes depend on read sizes");
+    assert_eq!(whole.stats, cut.stats, "HAR counters depend on read sizes");
+    assert_eq!(whole.messages, cut.messages, "HAR messages depend on read sizes");
+}

@@ -445,6 +445,58 @@ content-length: 19\r\ncontent-length: 20\r\n\r\nid: 4418\ndata: x\n\n",
     long_id.extend_from_slice(b"\ndata: x\n\n");
     files.push(("sse-id-10kb.pcap", capture_answering(&long_id)?));
 
+    // ----- HAR -----
+    files.push((
+        "har-wrong-types.har",
+        har_document(&[
+            har_resume(
+                "2026-11-09T10:00:00.000Z",
+                "4417",
+                "id: 4418\ndata: x\n\n",
+                None,
+            ),
+            // Every field of the wrong JSON type.
+            serde_json::json!({
+                "startedDateTime": 20261109,
+                "time": "slow",
+                "request": {"method": 5, "url": ["http://127.0.0.1:8000/mcp"],
+                            "headers": {"name": "last-event-id", "value": "4417"}},
+                "response": {"status": "200", "headers": "content-type: text/event-stream",
+                             "content": {"text": 42}}
+            }),
+            serde_json::json!("an entry that is a string"),
+            har_resume(
+                "2026-11-09T10:00:03.000Z",
+                "4418",
+                "id: 4419\ndata: y\n\n",
+                None,
+            ),
+        ]),
+    ));
+    files.push((
+        "har-invalid-base64.har",
+        har_document(&[
+            har_resume(
+                "2026-11-09T10:00:00.000Z",
+                "4417",
+                "!!not*base64 at all",
+                Some("base64"),
+            ),
+            har_resume(
+                "2026-11-09T10:00:01.000Z",
+                "4417",
+                "aWQ6IDQ0MTgKZGF0YTogeAoK=garbage",
+                Some("base64"),
+            ),
+            har_resume(
+                "2026-11-09T10:00:02.000Z",
+                "4418",
+                "aWQ6IDQ0MTkKZGF0YTogeQoK",
+                Some("base64"),
+            ),
+        ]),
+    ));
+
     // ----- TCP -----
     files.push(("tcp-hole-then-64kb.pcap", hole_then_events(64 << 10)?));
 
@@ -527,4 +579,58 @@ pub fn connection_flood<W: Write>(out: W, connections: u32) -> io::Result<W> {
         c.send(&mut o, 1, answer)?;
     }
     Ok(o.writer.into_inner())
+}
+
+/// One HAR entry: a resume GET and a 200 event-stream answer whose body is `text` (decoded as
+/// `encoding` says), with a Content-Length equal to the body so the entry proves it whole.
+fn har_resume(started: &str, last: &str, text: &str, encoding: Option<&str>) -> serde_json::Value {
+    let mut content = serde_json::json!({
+        "size": text.len(),
+        "mimeType": "text/event-stream",
+        "text": text,
+    });
+    let mut length = text.len();
+    if let Some(e) = encoding {
+        content["encoding"] = e.into();
+        // The decoded length, when the text is valid base64.
+        length = text.len() / 4 * 3;
+        content["size"] = length.into();
+    }
+    serde_json::json!({
+        "startedDateTime": started,
+        "time": 10.0,
+        "request": {
+            "method": "GET",
+            "url": "http://127.0.0.1:8000/mcp",
+            "httpVersion": "HTTP/1.1",
+            "headers": [
+                {"name": "accept", "value": "text/event-stream"},
+                {"name": "mcp-session-id", "value": "sess-hostile"},
+                {"name": "last-event-id", "value": last}
+            ]
+        },
+        "response": {
+            "status": 200,
+            "statusText": "OK",
+            "httpVersion": "HTTP/1.1",
+            "headers": [
+                {"name": "content-type", "value": "text/event-stream"},
+                {"name": "content-length", "value": length.to_string()}
+            ],
+            "content": content
+        }
+    })
+}
+
+fn har_document(entries: &[serde_json::Value]) -> Vec<u8> {
+    let doc = serde_json::json!({
+        "log": {
+            "version": "1.2",
+            "creator": {"name": "mcp-resume-audit synth", "version": "0"},
+            "entries": entries
+        }
+    });
+    let mut text = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+    text.push(b'\n');
+    text
 }
