@@ -1385,6 +1385,10 @@ impl ChunkState {
                 digits_done,
                 line_len,
             } => {
+                // Bytes past the line limit are never looked at, so a long line is given up at
+                // the same byte however the input is cut.
+                let allowance = max_line.saturating_sub(*line_len).saturating_add(1);
+                let input = input.get(..allowance).unwrap_or(input);
                 let mut i = 0;
                 while let Some(&b) = input.get(i) {
                     if *digits_done {
@@ -1461,7 +1465,19 @@ impl ChunkState {
                 line_first,
                 total,
             } => {
+                // As for heads: only bytes within the limit are looked at, and the trailer is
+                // given up at the limit, the same byte for any cut.
+                let room = max_line.saturating_sub(*total);
+                let whole_input = input.len();
+                let input = input.get(..room).unwrap_or(input);
                 let Some(k) = memchr::memchr(b'\n', input) else {
+                    if input.len() < whole_input {
+                        return FramingStep {
+                            used: input.len(),
+                            data: None,
+                            event: FramingEvent::Bad(Anomaly::HeaderTooLarge),
+                        };
+                    }
                     if *line_len == 0
                         && let Some(&b) = input.first()
                     {

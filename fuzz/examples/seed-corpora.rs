@@ -237,7 +237,11 @@ fn main() -> std::process::ExitCode {
         for f in files {
             let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
             if matches!(ext, "har" | "zhar") {
-                let name = f.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                let name = f
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
                 match std::fs::read(&f).and_then(|b| write(out, "har", &name, &b)) {
                     Ok(()) => total += 1,
                     Err(e) => {

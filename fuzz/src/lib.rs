@@ -118,7 +118,9 @@ impl StreamSink for TcpChecker {
         let d = dir.index();
         assert!(!self.ended[d], "gap after end");
         assert!(len > 0, "empty gap");
-        self.position[d] = self.position[d].checked_add(len).expect("position overflow");
+        self.position[d] = self.position[d]
+            .checked_add(len)
+            .expect("position overflow");
     }
     fn end(&mut self, dir: Direction, _how: StreamEnd, _mark: Mark) {
         let d = dir.index();
@@ -349,7 +351,10 @@ const BODY_KEPT: usize = 1 << 20;
 
 impl HttpRecorder {
     fn open(&self, exchange: u32) {
-        assert!(self.responded.contains(&exchange), "body before response head");
+        assert!(
+            self.responded.contains(&exchange),
+            "body before response head"
+        );
         assert!(!self.ended.contains(&exchange), "body after body_end");
     }
 }
@@ -541,8 +546,15 @@ pub fn sse_parser(data: &[u8]) {
     };
     let whole = run_sse(&t, None);
     let cut = run_sse(&t, Some(t.header[0]));
-    assert_eq!(whole, cut, "the SSE events depend on how the bytes were cut");
-    assert_eq!(whole.0.len(), whole.2, "events reported differ from the count");
+    assert_eq!(
+        whole, cut,
+        "the SSE events depend on how the bytes were cut"
+    );
+    assert_eq!(
+        whole.0.len(),
+        whole.2,
+        "events reported differ from the count"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -611,7 +623,13 @@ pub fn har(data: &[u8]) {
         cuts: Cuts::new(seed),
     };
     let cut = pipeline::analyze_reader(name, pieces, &opts);
-    assert_eq!(whole.resumes, cut.resumes, "HAR resumes depend on read sizes");
+    assert_eq!(
+        whole.resumes, cut.resumes,
+        "HAR resumes depend on read sizes"
+    );
     assert_eq!(whole.stats, cut.stats, "HAR counters depend on read sizes");
-    assert_eq!(whole.messages, cut.messages, "HAR messages depend on read sizes");
+    assert_eq!(
+        whole.messages, cut.messages,
+        "HAR messages depend on read sizes"
+    );
 }
