@@ -458,7 +458,7 @@ impl Shard {
             // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
             if t.overflows > 0
                 && r.decision.verdict == Verdict::CaptureIncomplete
-                && !blamed_on_eviction(&r)
+                && r.decision.reason != LimitHit::Connections.reason()
             {
                 r.decision.blame_limit(LimitHit::OutOfOrder);
             }
@@ -487,10 +487,6 @@ impl Shard {
         }
         self
     }
-}
-
-fn blamed_on_eviction(r: &ResumeRecord) -> bool {
-    r.decision.reason == LimitHit::Connections.reason()
 }
 
 fn anomaly_name(a: crate::record::Anomaly) -> String {
