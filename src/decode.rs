@@ -136,14 +136,100 @@ fn ip_by_ethertype(ethertype: u16, rest: &[u8]) -> Result<&[u8], Skip> {
 }
 
 fn tcp_in_ip(ip: &[u8]) -> Result<TcpPacket<'_>, Skip> {
-    // Fast reject before the full parse: the protocol field of a plain IPv4 header.
-    if let Some(&first) = ip.first()
-        && first >> 4 == 4
-        && ip.len() >= 20
-        && ip[9] != 6
-    {
-        return Err(Skip::NotTcp);
+    match plain_ip(ip) {
+        Some(Ok((src, dst, segment))) => tcp_segment(src, dst, segment),
+        Some(Err(skip)) => Err(skip),
+        None => tcp_in_ip_general(ip),
     }
+}
+
+/// The common case read at fixed offsets: IPv4 (options allowed) and IPv6 directly followed
+/// by TCP. `None` hands everything else (extension headers, IPsec, jumbograms, damage) to the
+/// general parser, which gives the same answer for these cases too, only slower.
+#[allow(clippy::type_complexity)]
+fn plain_ip(ip: &[u8]) -> Option<Result<(IpAddr, IpAddr, &[u8]), Skip>> {
+    let first = *ip.first()?;
+    match first >> 4 {
+        4 => {
+            let header_len = usize::from(first & 0x0f) * 4;
+            if ip.len() < 20 || header_len < 20 || header_len > ip.len() {
+                return None;
+            }
+            let more_fragments = ip[6] & 0x20 != 0;
+            let fragment_offset = u16::from_be_bytes([ip[6] & 0x1f, ip[7]]);
+            if more_fragments || fragment_offset != 0 {
+                return Some(Err(Skip::IpFragment));
+            }
+            match ip[9] {
+                6 => {}
+                // IPsec authentication headers may wrap TCP: the general parser reads them.
+                51 => return None,
+                _ => return Some(Err(Skip::NotTcp)),
+            }
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            // A total length that lies (shorter than the header, or longer than what was
+            // captured) falls back to the captured bytes, as the general parser does.
+            let end = if total < header_len || total > ip.len() {
+                ip.len()
+            } else {
+                total
+            };
+            let src = IpAddr::from([ip[12], ip[13], ip[14], ip[15]]);
+            let dst = IpAddr::from([ip[16], ip[17], ip[18], ip[19]]);
+            Some(Ok((src, dst, &ip[header_len..end])))
+        }
+        6 => {
+            if ip.len() < 40 || ip[6] != 6 {
+                return None;
+            }
+            let payload_len = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            if payload_len == 0 {
+                return None;
+            }
+            let end = (40 + payload_len).min(ip.len());
+            let mut src = [0u8; 16];
+            src.copy_from_slice(&ip[8..24]);
+            let mut dst = [0u8; 16];
+            dst.copy_from_slice(&ip[24..40]);
+            Some(Ok((IpAddr::from(src), IpAddr::from(dst), &ip[40..end])))
+        }
+        _ => None,
+    }
+}
+
+fn tcp_segment(src: IpAddr, dst: IpAddr, t: &[u8]) -> Result<TcpPacket<'_>, Skip> {
+    if t.len() < 20 {
+        return Err(Skip::Malformed);
+    }
+    let data_offset = usize::from(t[12] >> 4) * 4;
+    if data_offset < 20 || data_offset > t.len() {
+        return Err(Skip::Malformed);
+    }
+    let word = |at: usize| u32::from_be_bytes([t[at], t[at + 1], t[at + 2], t[at + 3]]);
+    let flags = t[13];
+    Ok(TcpPacket {
+        src: Endpoint {
+            ip: src,
+            port: u16::from_be_bytes([t[0], t[1]]),
+        },
+        dst: Endpoint {
+            ip: dst,
+            port: u16::from_be_bytes([t[2], t[3]]),
+        },
+        seq: word(4),
+        ack: word(8),
+        flags: TcpFlags {
+            fin: flags & 0x01 != 0,
+            syn: flags & 0x02 != 0,
+            rst: flags & 0x04 != 0,
+            ack: flags & 0x10 != 0,
+        },
+        payload: &t[data_offset..],
+    })
+}
+
+/// Every IP layout etherparse reads: extension headers, authentication headers, jumbograms.
+fn tcp_in_ip_general(ip: &[u8]) -> Result<TcpPacket<'_>, Skip> {
     let (slice, _ext_err) = LaxIpSlice::from_slice(ip).map_err(|_| Skip::Malformed)?;
     if slice.is_fragmenting_payload() {
         return Err(Skip::IpFragment);
@@ -301,5 +387,65 @@ mod tests {
                 let _ = decode(lt, &ip[..n]);
             }
         }
+    }
+
+    /// Summarizes a decode result for comparison between the two parsers.
+    fn outcome(r: Result<TcpPacket<'_>, Skip>) -> String {
+        match r {
+            Ok(p) => format!(
+                "{} {} {} {} {:?} {:?}",
+                p.src, p.dst, p.seq, p.ack, p.flags, p.payload
+            ),
+            Err(s) => format!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn fixed_offset_reading_agrees_with_the_general_parser() {
+        let v4 = tcp_v4(b"GET /mcp HTTP/1.1\r\n\r\n");
+        let v6 = {
+            let mut out = Vec::new();
+            PacketBuilder::ipv6([1; 16], [2; 16], 64)
+                .tcp(5000, 443, 7, 9)
+                .syn()
+                .write(&mut out, b"hello")
+                .unwrap();
+            out
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut fast_paths = 0;
+        for base in [&v4, &v6] {
+            for _ in 0..20_000 {
+                let mut p = base.clone();
+                // Flip a few bytes of the headers (where the two parsers could disagree), and
+                // sometimes cut the packet short.
+                for _ in 0..(next() % 4) {
+                    let at = (next() as usize) % p.len().min(64);
+                    p[at] = next() as u8;
+                }
+                if next() % 4 == 0 {
+                    let keep = (next() as usize) % (p.len() + 1);
+                    p.truncate(keep);
+                }
+                if plain_ip(&p).is_some() {
+                    fast_paths += 1;
+                }
+                assert_eq!(
+                    outcome(tcp_in_ip(&p)),
+                    outcome(tcp_in_ip_general(&p)),
+                    "packet {p:02x?}"
+                );
+            }
+        }
+        assert!(
+            fast_paths > 20_000,
+            "fast path taken only {fast_paths} times"
+        );
     }
 }

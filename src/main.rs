@@ -1,9 +1,10 @@
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use mcp_resume_audit::pipeline::{self, Options};
 use mcp_resume_audit::record::Limits;
@@ -28,7 +29,7 @@ struct Cli {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 
-    /// Worker threads [default: the number of CPUs].
+    /// Threads [default: the number of CPUs].
     #[arg(short = 'j', long = "threads", value_name = "N")]
     threads: Option<usize>,
 
@@ -47,6 +48,38 @@ struct Cli {
     /// Longest SSE id/event/retry value kept.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_sse_field_bytes)]
     max_sse_field: usize,
+
+    /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Inputs smaller than this are done before a bar would tell anything.
+const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+/// A bar over the total size of the inputs, when standard error is a terminal, the sizes are
+/// known (no standard input) and large enough.
+fn progress_bar(cli: &Cli) -> Option<ProgressBar> {
+    if cli.quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    for p in &cli.inputs {
+        if p.as_os_str() == "-" {
+            return None;
+        }
+        total = total.saturating_add(std::fs::metadata(p).ok()?.len());
+    }
+    if total <= PROGRESS_MIN_BYTES {
+        return None;
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    Some(bar)
 }
 
 fn main() -> ExitCode {
@@ -74,6 +107,7 @@ fn real_main() -> anyhow::Result<i32> {
             max_sse_field_bytes: cli.max_sse_field.max(16),
             ..Limits::default()
         },
+        progress: progress_bar(&cli),
     };
     let stderr = std::io::stderr();
     let mut err = stderr.lock();

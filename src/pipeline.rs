@@ -13,10 +13,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
+use indicatif::ProgressBar;
 use rayon::prelude::*;
 
 use crate::capture::{self, CaptureReader, InputKind};
@@ -32,9 +35,13 @@ use crate::verdict::{LimitHit, Verdict};
 /// How a run is done.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Worker threads (1: everything on the calling thread).
+    /// Threads (1: everything on the calling thread; N > 1 on one capture: the reader and
+    /// N - 1 workers; several inputs: N inputs at a time, each on one thread).
     pub threads: usize,
     pub limits: Limits,
+    /// Advanced by the capture bytes read, over all inputs (its length is the caller's to set);
+    /// finished and cleared before [`run`] writes any message.
+    pub progress: Option<ProgressBar>,
 }
 
 impl Default for Options {
@@ -42,9 +49,14 @@ impl Default for Options {
         Options {
             threads: 1,
             limits: Limits::default(),
+            progress: None,
         }
     }
 }
+
+/// Bytes read between two updates of the progress bar: often enough for a smooth bar, rarely
+/// enough to cost nothing.
+const PROGRESS_STEP_BYTES: u64 = 4 << 20;
 
 /// Counters of one input.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -161,10 +173,89 @@ pub fn analyze_reader<R: Read>(name: &str, mut src: R, opts: &Options) -> InputR
     report
 }
 
+/// Builds [`FoldHasher`]s with a key drawn from the process's random state.
+#[derive(Clone, Debug)]
+struct FoldHashKey(u64);
+
+impl FoldHashKey {
+    fn new() -> Self {
+        // `| 1`: an odd multiplier keeps every input bit in the product.
+        FoldHashKey(std::hash::RandomState::new().hash_one(0x6d63_7061_7564_6974_u64) | 1)
+    }
+}
+
+impl BuildHasher for FoldHashKey {
+    type Hasher = FoldHasher;
+    fn build_hasher(&self) -> FoldHasher {
+        FoldHasher {
+            acc: self.0.rotate_left(29),
+            key: self.0,
+        }
+    }
+}
+
+/// Keyed multiply-and-fold hashing for the per-packet tables (flows by endpoints, connections
+/// by stream number). SipHash over a pair of endpoints costs more than the rest of a packet's
+/// classification; this costs one wide multiplication per field. The key is random per run,
+/// so a capture cannot be crafted to make endpoints collide.
+struct FoldHasher {
+    acc: u64,
+    key: u64,
+}
+
+impl FoldHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        let p = u128::from(self.acc ^ word) * u128::from(self.key);
+        self.acc = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.mix(u64::from_le_bytes(b));
+        }
+        let rest = words.remainder();
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        // The length goes in too, so trailing zero bytes are not lost.
+        self.mix(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.mix(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.mix(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.mix(v);
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.mix(v as u64);
+        self.mix((v >> 64) as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        // One more round so the last field's bits reach the low and high ends alike.
+        let p = u128::from(self.acc) * u128::from(self.key.rotate_left(17));
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+}
+
 /// A connection as the reader's flow table knows it.
 struct Flow {
     stream: u64,
-    forward_src: Endpoint,
+    /// Whether the first packet's source is the `lo` end of the key.
+    forward_is_lo: bool,
     fin: [bool; 2],
     rst: bool,
     syn_seq: Option<u32>,
@@ -176,21 +267,95 @@ impl Flow {
     fn closed(&self) -> bool {
         self.rst || (self.fin[0] && self.fin[1])
     }
+
+    /// Takes the packet into the connection's state.
+    fn update(
+        &mut self,
+        p: &decode::TcpPacket<'_>,
+        src_is_lo: bool,
+        new_syn: bool,
+        mark: Mark,
+        packet_no: u64,
+    ) -> PacketMsg {
+        let dir = if src_is_lo == self.forward_is_lo {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        if new_syn && self.syn_seq.is_none() {
+            self.syn_seq = Some(p.seq);
+        }
+        self.fin[dir.index()] |= p.flags.fin;
+        self.rst |= p.flags.rst;
+        self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
+        self.last_seen_packet = packet_no;
+        PacketMsg {
+            stream: self.stream,
+            dir,
+            seq: p.seq,
+            ack: p.ack,
+            flags: p.flags,
+            mark,
+        }
+    }
 }
 
-/// Canonical key of a 4-tuple: the two endpoints in a fixed order.
-type FlowKey = (Endpoint, Endpoint);
+/// Canonical key of a 4-tuple, as five words: the two endpoints, lower one first, each as its
+/// address in two words (IPv4 in the low 32 bits), then both ports and the IP version. Word
+/// compares and one multiply per word are what a lookup per packet can afford; the version
+/// keeps IPv4 apart from the IPv6 addresses with the same bits.
+#[derive(Clone, Copy, Debug, Eq)]
+struct FlowKey([u64; 5]);
 
-fn flow_key(a: Endpoint, b: Endpoint) -> FlowKey {
-    if a <= b { (a, b) } else { (b, a) }
+impl PartialEq for FlowKey {
+    fn eq(&self, other: &Self) -> bool {
+        // Without branches or a call to memcmp: this runs on every packet.
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0, |diff, (a, b)| diff | (a ^ b))
+            == 0
+    }
+}
+
+impl std::hash::Hash for FlowKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Addresses folded to one word each: equality still compares them whole.
+        let [a_hi, a_lo, b_hi, b_lo, rest] = self.0;
+        state.write_u64(a_lo ^ a_hi.rotate_left(32));
+        state.write_u64(b_lo ^ b_hi.rotate_left(32));
+        state.write_u64(rest);
+    }
+}
+
+fn endpoint_bits(e: &Endpoint) -> (u128, u16) {
+    match e.ip {
+        IpAddr::V4(ip) => (u128::from(ip.to_bits()), e.port),
+        IpAddr::V6(ip) => (ip.to_bits(), e.port),
+    }
+}
+
+/// The key of a packet's connection, and whether the packet's source is the key's lower end.
+fn flow_key(src: &Endpoint, dst: &Endpoint) -> (FlowKey, bool) {
+    let (a, b) = (endpoint_bits(src), endpoint_bits(dst));
+    let src_is_lo = a <= b;
+    let (lo, hi) = if src_is_lo { (a, b) } else { (b, a) };
+    // Both ends of a decoded packet come from one IP header, so they share the version.
+    let v6 = u64::from(src.ip.is_ipv6());
+    let key = FlowKey([
+        (lo.0 >> 64) as u64,
+        lo.0 as u64,
+        (hi.0 >> 64) as u64,
+        hi.0 as u64,
+        u64::from(lo.1) | (u64::from(hi.1) << 16) | (v6 << 32),
+    ]);
+    (key, src_is_lo)
 }
 
 /// What the reader hands a shard for one packet.
 #[derive(Clone, Copy, Debug)]
 struct PacketMsg {
     stream: u64,
-    /// Set on the first packet of a connection: its two endpoints (forward source first).
-    opens: Option<(Endpoint, Endpoint)>,
     dir: Direction,
     seq: u32,
     ack: u32,
@@ -201,6 +366,9 @@ struct PacketMsg {
 /// Instructions from the reader to the shards.
 #[derive(Clone, Copy, Debug)]
 enum ShardMsg {
+    /// A connection begins: its number, its two endpoints (forward source first), and whether
+    /// its first packet is a SYN. Sent apart from packets, which it would make twice as large.
+    Open(u64, Endpoint, Endpoint, bool),
     Packet(PacketMsg, usize, usize),
     /// The connection is over for the reader (evicted, or replaced by a new one on the same
     /// 4-tuple): finish it now.
@@ -212,78 +380,51 @@ const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
 
 /// The single reader of one capture: numbering of connections and their directions.
 struct FlowTable {
-    flows: HashMap<FlowKey, Flow>,
+    flows: HashMap<FlowKey, Flow, FoldHashKey>,
     next_stream: u64,
     max_connections: usize,
     evicted: u64,
 }
 
 impl FlowTable {
-    /// Assigns the packet to a connection. Returns the message, plus an `End` for a connection
-    /// replaced by a new one on the same 4-tuple.
-    fn classify(
+    /// Assigns the packet to a connection and returns its message. On a connection's first
+    /// packet, what goes before that message goes to `sink` first: an `End` for a connection
+    /// replaced by a new one on the same 4-tuple, then the new connection's `Open`.
+    fn classify<D: Dispatch>(
         &mut self,
         p: &decode::TcpPacket<'_>,
         mark: Mark,
         packet_no: u64,
-    ) -> (PacketMsg, Option<ShardMsg>) {
-        let key = flow_key(p.src, p.dst);
+        sink: &mut D,
+    ) -> PacketMsg {
+        let (key, src_is_lo) = flow_key(&p.src, &p.dst);
         let new_syn = p.flags.syn && !p.flags.ack;
-        let mut ended = None;
-        let reuse = match self.flows.get(&key) {
-            Some(f) => new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)),
-            None => true,
-        };
-        let mut opens = None;
-        if reuse {
-            if let Some(old) = self.flows.remove(&key)
-                && !old.closed()
-            {
-                ended = Some(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
-            }
-            let stream = self.next_stream;
-            self.next_stream += 1;
-            self.flows.insert(
-                key,
-                Flow {
-                    stream,
-                    forward_src: p.src,
-                    fin: [false; 2],
-                    rst: false,
-                    syn_seq: None,
-                    last_seen_ns: mark.time_ns,
-                    last_seen_packet: packet_no,
-                },
-            );
-            opens = Some((p.src, p.dst));
+        // The common case, a packet of a known connection, costs one lookup.
+        if let Some(f) = self.flows.get_mut(&key)
+            && !(new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)))
+        {
+            return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
-        let Some(f) = self.flows.get_mut(&key) else {
-            unreachable!("flow inserted above")
-        };
-        let dir = if p.src == f.forward_src {
-            Direction::Forward
-        } else {
-            Direction::Reverse
-        };
-        if new_syn && f.syn_seq.is_none() {
-            f.syn_seq = Some(p.seq);
+        if let Some(old) = self.flows.remove(&key)
+            && !old.closed()
+        {
+            sink.control(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
         }
-        f.fin[dir.index()] |= p.flags.fin;
-        f.rst |= p.flags.rst;
-        f.last_seen_ns = f.last_seen_ns.max(mark.time_ns);
-        f.last_seen_packet = packet_no;
-        (
-            PacketMsg {
-                stream: f.stream,
-                opens,
-                dir,
-                seq: p.seq,
-                ack: p.ack,
-                flags: p.flags,
-                mark,
-            },
-            ended,
-        )
+        let stream = self.next_stream;
+        self.next_stream += 1;
+        let mut f = Flow {
+            stream,
+            forward_is_lo: src_is_lo,
+            fin: [false; 2],
+            rst: false,
+            syn_seq: None,
+            last_seen_ns: mark.time_ns,
+            last_seen_packet: packet_no,
+        };
+        let msg = f.update(p, src_is_lo, new_syn, mark, packet_no);
+        self.flows.insert(key, f);
+        sink.control(ShardMsg::Open(stream, p.src, p.dst, new_syn));
+        msg
     }
 
     /// Keeps the table within bounds; returns the connections to end.
@@ -361,7 +502,9 @@ impl StreamSink for Bridge<'_> {
 /// The connections of one shard and what they produced.
 struct Shard {
     limits: Limits,
-    conns: HashMap<u64, Conn>,
+    /// Boxed: a connection's state is large, and the lookup on every packet should probe a
+    /// table of small entries.
+    conns: HashMap<u64, Box<Conn>, FoldHashKey>,
     resumes: Vec<ResumeRecord>,
     sessions: BTreeSet<String>,
     stats: InputStats,
@@ -371,28 +514,28 @@ impl Shard {
     fn new(limits: &Limits) -> Self {
         Shard {
             limits: limits.clone(),
-            conns: HashMap::new(),
+            conns: HashMap::with_hasher(FoldHashKey::new()),
             resumes: Vec::new(),
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
         }
     }
 
+    fn open(&mut self, stream: u64, endpoints: (Endpoint, Endpoint), from_start: bool) {
+        self.conns.insert(
+            stream,
+            Box::new(Conn {
+                tcp: TcpConnection::new(&self.limits),
+                http: HttpConnection::new(&self.limits, from_start),
+                tracker: ExchangeTracker::new(&self.limits),
+                endpoints,
+                ends: [None; 2],
+                gaps: [false; 2],
+            }),
+        );
+    }
+
     fn packet(&mut self, m: &PacketMsg, payload: &[u8]) {
-        if let Some(endpoints) = m.opens {
-            let from_start = m.flags.syn && !m.flags.ack;
-            self.conns.insert(
-                m.stream,
-                Conn {
-                    tcp: TcpConnection::new(&self.limits),
-                    http: HttpConnection::new(&self.limits, from_start),
-                    tracker: ExchangeTracker::new(&self.limits),
-                    endpoints,
-                    ends: [None; 2],
-                    gaps: [false; 2],
-                },
-            );
-        }
         let Some(c) = self.conns.get_mut(&m.stream) else {
             return;
         };
@@ -453,7 +596,10 @@ impl Shard {
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
-        self.sessions.append(&mut c.tracker.session_ids);
+        // One by one: `append` would rebuild the whole set at every connection.
+        for id in std::mem::take(&mut c.tracker.session_ids) {
+            self.sessions.insert(id);
+        }
         for mut r in c.tracker.resumes.drain(..) {
             // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
             if t.overflows > 0
@@ -476,6 +622,7 @@ impl Shard {
         match msg {
             ShardMsg::Packet(m, from, to) => self.packet(&m, bytes.get(from..to).unwrap_or(&[])),
             ShardMsg::End(stream, how, mark) => self.close(stream, how, mark),
+            ShardMsg::Open(stream, a, b, from_start) => self.open(stream, (a, b), from_start),
         }
     }
 
@@ -508,14 +655,15 @@ fn skip_name(s: Skip) -> &'static str {
 /// Where packets go once classified: straight into one shard, or in batches to worker threads.
 trait Dispatch {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]);
-    fn end(&mut self, msg: ShardMsg);
+    /// A message without payload (`Open`, `End`).
+    fn control(&mut self, msg: ShardMsg);
 }
 
 impl Dispatch for Shard {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
         Shard::packet(self, &m, payload);
     }
-    fn end(&mut self, msg: ShardMsg) {
+    fn control(&mut self, msg: ShardMsg) {
         self.handle(msg, &[]);
     }
 }
@@ -525,12 +673,27 @@ struct Batch {
     bytes: Vec<u8>,
 }
 
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            msgs: Vec::with_capacity(BATCH_MSGS),
+            bytes: Vec::with_capacity(BATCH_BYTES + 2048),
+        }
+    }
+}
+
 const BATCH_BYTES: usize = 256 << 10;
 const BATCH_MSGS: usize = 2048;
+/// Batches queued per worker before the reader waits.
+const BATCHES_QUEUED: usize = 4;
 
 struct Threaded {
     senders: Vec<mpsc::SyncSender<Batch>>,
     pending: Vec<Batch>,
+    /// Batches the workers are done with, emptied, to be filled again: a fresh batch is large
+    /// enough that the allocator maps and unmaps it each time, which costs more than the copy.
+    /// At most `BATCHES_QUEUED + 2` batches per worker ever exist.
+    spare: mpsc::Receiver<Batch>,
 }
 
 impl Threaded {
@@ -555,17 +718,13 @@ impl Threaded {
     }
 
     fn flush(&mut self, shard: usize) {
-        let full = std::mem::replace(
-            &mut self.pending[shard],
-            Batch {
-                msgs: Vec::with_capacity(BATCH_MSGS),
-                bytes: Vec::with_capacity(BATCH_BYTES + 2048),
-            },
-        );
-        if !full.msgs.is_empty() {
-            // A closed channel means the worker is gone; its results are lost either way.
-            let _ = self.senders[shard].send(full);
+        if self.pending[shard].msgs.is_empty() {
+            return;
         }
+        let fresh = self.spare.try_recv().unwrap_or_else(|_| Batch::new());
+        let full = std::mem::replace(&mut self.pending[shard], fresh);
+        // A closed channel means the worker is gone; its results are lost either way.
+        let _ = self.senders[shard].send(full);
     }
 }
 
@@ -574,10 +733,10 @@ impl Dispatch for Threaded {
         let s = self.shard_of(m.stream);
         self.push(s, ShardMsg::Packet(m, 0, 0), payload);
     }
-    fn end(&mut self, msg: ShardMsg) {
+    fn control(&mut self, msg: ShardMsg) {
         let stream = match msg {
             ShardMsg::Packet(m, ..) => m.stream,
-            ShardMsg::End(s, ..) => s,
+            ShardMsg::End(s, ..) | ShardMsg::Open(s, ..) => s,
         };
         let s = self.shard_of(stream);
         self.push(s, msg, &[]);
@@ -593,7 +752,7 @@ fn read_packets<R: Read, D: Dispatch>(
     report: &mut InputReport,
 ) -> (Mark, FlowTable) {
     let mut table = FlowTable {
-        flows: HashMap::new(),
+        flows: HashMap::with_hasher(FoldHashKey::new()),
         next_stream: 0,
         max_connections: opts.limits.max_connections.max(1),
         evicted: 0,
@@ -607,7 +766,15 @@ fn read_packets<R: Read, D: Dispatch>(
         }
     };
     let mut ends = Vec::new();
+    let mut progress_shown = 0;
     loop {
+        if let Some(bar) = &opts.progress {
+            let at = reader.position();
+            if at - progress_shown >= PROGRESS_STEP_BYTES {
+                bar.inc(at - progress_shown);
+                progress_shown = at;
+            }
+        }
         let packet = match reader.next_packet() {
             Ok(Some(p)) => p,
             Ok(None) => break,
@@ -624,10 +791,7 @@ fn read_packets<R: Read, D: Dispatch>(
         last = mark;
         match decode::decode(packet.linktype, packet.data) {
             Ok(tcp) => {
-                let (msg, ended) = table.classify(&tcp, mark, packet.frame);
-                if let Some(e) = ended {
-                    sink.end(e);
-                }
+                let msg = table.classify(&tcp, mark, packet.frame, sink);
                 sink.packet(msg, tcp.payload);
             }
             Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
@@ -635,9 +799,12 @@ fn read_packets<R: Read, D: Dispatch>(
         if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.flows.len() > table.max_connections {
             table.sweep(mark, &mut ends);
             for e in ends.drain(..) {
-                sink.end(e);
+                sink.control(e);
             }
         }
+    }
+    if let Some(bar) = &opts.progress {
+        bar.inc(reader.position().saturating_sub(progress_shown));
     }
     if let Some(at) = reader.truncated_at() {
         *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
@@ -662,36 +829,42 @@ fn analyze_capture<R: Read>(name: &str, src: R, opts: &Options, report: &mut Inp
         report.stats.connections_evicted = table.evicted;
         vec![shard.finish(last)]
     } else {
-        let n = opts.threads;
+        // The reader is a thread of its own and takes about half the work, so `threads`
+        // counts it: one reader and one worker keep two cores busy without the reader waiting
+        // for a core it shares with two workers.
+        let n = opts.threads - 1;
         std::thread::scope(|scope| {
             let mut senders = Vec::with_capacity(n);
             let mut handles = Vec::with_capacity(n);
+            let (spare_tx, spare) = mpsc::channel::<Batch>();
             for _ in 0..n {
-                let (tx, rx) = mpsc::sync_channel::<Batch>(4);
+                let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
                 let limits = opts.limits.clone();
+                let spare_tx = spare_tx.clone();
                 handles.push(scope.spawn(move || {
                     let mut shard = Shard::new(&limits);
                     let mut last = Mark::default();
-                    for batch in rx {
-                        for msg in batch.msgs {
+                    for mut batch in rx {
+                        for msg in &batch.msgs {
                             if let ShardMsg::Packet(m, ..) = msg {
                                 last = m.mark;
                             }
-                            shard.handle(msg, &batch.bytes);
+                            shard.handle(*msg, &batch.bytes);
                         }
+                        batch.msgs.clear();
+                        batch.bytes.clear();
+                        // The reader may be done already; then the batch is simply freed.
+                        let _ = spare_tx.send(batch);
                     }
                     (shard, last)
                 }));
             }
+            drop(spare_tx);
             let mut threaded = Threaded {
-                pending: (0..n)
-                    .map(|_| Batch {
-                        msgs: Vec::new(),
-                        bytes: Vec::new(),
-                    })
-                    .collect(),
+                pending: (0..n).map(|_| Batch::new()).collect(),
                 senders,
+                spare,
             };
             let (last, table) = read_packets(name, src, opts, &mut threaded, report);
             report.stats.connections_evicted = table.evicted;
@@ -759,6 +932,9 @@ pub fn run<W: Write, E: Write>(
     } else {
         inputs.iter().map(|p| analyze_path(p, opts)).collect()
     };
+    if let Some(bar) = &opts.progress {
+        bar.finish_and_clear();
+    }
     let mut summary = Summary::new();
     let mut sessions = BTreeSet::new();
     let mut stats = InputStats::default();
@@ -809,4 +985,120 @@ pub fn run<W: Write, E: Write>(
     summary.write(out)?;
     out.flush()?;
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn ep(ip: impl Into<IpAddr>, port: u16) -> Endpoint {
+        Endpoint {
+            ip: ip.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn both_directions_share_a_key_and_tell_which_end_sent() {
+        let a = ep(Ipv4Addr::new(10, 0, 0, 2), 40_000);
+        let b = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let (k1, a_is_lo) = flow_key(&a, &b);
+        let (k2, b_is_lo) = flow_key(&b, &a);
+        assert_eq!(k1, k2);
+        assert_ne!(a_is_lo, b_is_lo);
+        let hasher = FoldHashKey::new();
+        assert_eq!(hasher.hash_one(k1), hasher.hash_one(k2));
+        // The same address with another port, or the other end's port swapped, is another key.
+        assert_ne!(k1, flow_key(&ep(Ipv4Addr::new(10, 0, 0, 2), 40_001), &b).0);
+        assert_ne!(
+            k1,
+            flow_key(
+                &ep(Ipv4Addr::new(10, 0, 0, 2), 8000),
+                &ep(Ipv4Addr::new(10, 0, 0, 1), 40_000)
+            )
+            .0
+        );
+    }
+
+    #[test]
+    fn ipv4_and_ipv6_with_the_same_bits_are_different_connections() {
+        let v4 = flow_key(
+            &ep(Ipv4Addr::new(0, 0, 0, 1), 1),
+            &ep(Ipv4Addr::new(0, 0, 0, 2), 2),
+        );
+        let v6 = flow_key(
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 1),
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2), 2),
+        );
+        assert_ne!(v4.0, v6.0);
+    }
+
+    #[test]
+    fn fold_hasher_spreads_nearby_keys() {
+        // Keys differing in one port must land in different low bits (the bucket index) and
+        // high bits (the control byte) almost always.
+        let h = FoldHashKey::new();
+        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let mut low = std::collections::HashSet::new();
+        let mut high = std::collections::HashSet::new();
+        for port in 30_000..31_024u16 {
+            let k = flow_key(&ep(Ipv4Addr::new(10, 1, 0, 1), port), &server).0;
+            let v = h.hash_one(k);
+            low.insert(v & 1023);
+            high.insert(v >> 57);
+        }
+        assert!(
+            low.len() > 600,
+            "{} distinct bucket indices of 1024",
+            low.len()
+        );
+        assert!(
+            high.len() >= 120,
+            "{} distinct control bytes of 128",
+            high.len()
+        );
+    }
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/gen")
+            .join(name)
+    }
+
+    #[test]
+    fn progress_counts_every_byte_of_every_input() {
+        let inputs = [fixture("mixed.pcap"), fixture("pcapng-two-sections.pcapng")];
+        let total: u64 = inputs
+            .iter()
+            .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .sum();
+        assert!(total > 0);
+        for threads in [1, 2, 3] {
+            let bar = ProgressBar::hidden();
+            let opts = Options {
+                threads,
+                progress: Some(bar.clone()),
+                ..Options::default()
+            };
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let outcome = run(&inputs, &opts, &mut out, &mut err);
+            assert!(outcome.is_ok_and(|o| !o.input_errors), "threads {threads}");
+            assert_eq!(bar.position(), total, "threads {threads}");
+            assert!(bar.is_finished());
+            // One input at a time through the reader and its workers counts the same.
+            let bar = ProgressBar::hidden();
+            let opts = Options {
+                threads,
+                progress: Some(bar.clone()),
+                ..Options::default()
+            };
+            let _ = analyze_path(&inputs[0], &opts);
+            assert_eq!(
+                bar.position(),
+                std::fs::metadata(&inputs[0]).map(|m| m.len()).unwrap_or(1)
+            );
+        }
+    }
 }

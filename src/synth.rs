@@ -1697,6 +1697,9 @@ pub struct SessionSpec {
     pub style: SseStyle,
     pub connections: Vec<ConnSpec>,
     pub exchanges: Vec<Exchange>,
+    /// Sent as `params.message` of every `notifications/progress` event (none by default):
+    /// real servers describe the work there, which sets the size of an event.
+    pub progress_message: Option<String>,
 }
 
 impl SessionSpec {
@@ -1719,6 +1722,7 @@ impl SessionSpec {
             style: SseStyle::default(),
             connections,
             exchanges: Vec::new(),
+            progress_message: None,
         }
     }
 
@@ -2039,8 +2043,16 @@ impl SessionScript<'_> {
                         put_sse_event(&mut text, s.style, ev.id.as_deref(), None);
                     } else {
                         self.progress += 1;
+                        let message = match &self.spec.progress_message {
+                            Some(m) => {
+                                let mut quoted = Vec::with_capacity(m.len() + 2);
+                                put_json_string(&mut quoted, m);
+                                format!(",\"message\":{}", String::from_utf8_lossy(&quoted))
+                            }
+                            None => String::new(),
+                        };
                         let data = format!(
-                            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"{}\",\"progress\":{},\"total\":1000}}}}",
+                            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"{}\",\"progress\":{},\"total\":1000{message}}}}}",
                             self.token, self.progress
                         );
                         put_sse_event(&mut text, s.style, ev.id.as_deref(), Some(&data));
