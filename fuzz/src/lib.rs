@@ -572,6 +572,7 @@ pub fn pipeline(data: &[u8]) {
             max_sse_field_bytes: 32,
             max_block_bytes: 1 << 16,
         },
+        ..Options::default()
     };
     let report = pipeline::analyze_reader("fuzz-input", data, &opts);
     assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
@@ -614,6 +615,7 @@ pub fn har(data: &[u8]) {
             max_sse_field_bytes: 32,
             ..Limits::default()
         },
+        ..Options::default()
     };
     let name = "/nonexistent-fuzz-dir/fuzz.har";
     let whole = pipeline::analyze_reader(name, data, &opts);
