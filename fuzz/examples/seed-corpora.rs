@@ -1,9 +1,10 @@
-//! Writes the fuzz corpora's seeds from capture fixtures.
+//! Writes the fuzz corpora's seeds from capture and HAR fixtures.
 //!
 //! Usage: `cargo run --manifest-path fuzz/Cargo.toml --example seed-corpora -- OUT_DIR
-//! CAPTURE_DIR...` (from the repository root: `fuzz/corpus fixtures/gen fixtures/real-tool fixtures/har`).
+//! FIXTURE_DIR...`; from the repository root: `fuzz/corpus fixtures/gen fixtures/real-tool
+//! fixtures/real fixtures/har`.
 //!
-//! Input: the pcap / pcapng files in the capture directories.
+//! Input: the pcap / pcapng / HAR files in the fixture directories.
 //! Output: `OUT_DIR/<target>/<name>` files: the captures themselves for `capture_decode` and
 //! `pipeline`; per TCP connection, its segments in the `tcp_reassembly` encoding, its
 //! reassembled byte streams as a transcript for `http1_parser`, and the bodies of its
@@ -221,7 +222,7 @@ fn seed_from(out: &Path, path: &Path) -> std::io::Result<u64> {
 fn main() -> std::process::ExitCode {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     let Some((out, dirs)) = args.split_first() else {
-        eprintln!("usage: seed-corpora OUT_DIR CAPTURE_DIR...");
+        eprintln!("usage: seed-corpora OUT_DIR FIXTURE_DIR...");
         return std::process::ExitCode::from(2);
     };
     let mut total = 0;
