@@ -261,16 +261,25 @@ impl HttpConnection {
             });
         }
         if parser.kind.is_none() {
-            match self.classify_head(d, input, mark, sink) {
-                ScanOutcome::NeedMore => {
-                    let parser = &mut self.directions[d];
-                    if parser.head.len().saturating_add(input.len()) > max {
-                        let room = max.saturating_sub(parser.head.len());
+            // Only bytes within the head limit are judged, so that whether a head is too large
+            // or not a message at all does not depend on how much one call holds.
+            let room = max.saturating_sub(parser.head.len());
+            let window = input.get(..room).unwrap_or(input);
+            match self.classify_head(d, window, mark, sink) {
+                ScanOutcome::NeedMore if window.is_empty() => {
+                    if self.directions[d].head_from_resync {
+                        // A line picked while skipping that never proved to be a start line.
+                        self.note_skip(d, mark, sink);
+                        self.lose_sync(d, false);
+                    } else {
                         self.head_too_large(d, mark, sink);
-                        return room;
                     }
-                    parser.head.extend_from_slice(input);
-                    return input.len();
+                    return 0;
+                }
+                ScanOutcome::NeedMore => {
+                    // A head restarted inside the window only got shorter: the window fits.
+                    self.directions[d].head.extend_from_slice(window);
+                    return window.len();
                 }
                 ScanOutcome::NotStart => return self.head_not_http(d, mark, sink),
                 ScanOutcome::Start(kind) => {
@@ -280,6 +289,7 @@ impl HttpConnection {
                     self.set_role(d, kind);
                     let parser = &mut self.directions[d];
                     parser.kind = Some(kind);
+                    parser.head_from_resync = false;
                     parser.at_stream_start = false;
                 }
             }
@@ -380,11 +390,14 @@ impl HttpConnection {
             };
             previous_hit = Some(hit);
             let line = input.get(start..).unwrap_or_default();
-            match StartLineScan::new().feed(line) {
+            // A line still undecided after the head limit is skipped, as the head state skips
+            // one that grows past the limit undecided: the same answer for any cut.
+            let window = line.get(..self.max_header_bytes).unwrap_or(line);
+            match StartLineScan::new().feed(window) {
                 ScanOutcome::Start(kind) if wanted.is_none_or(|w| w == kind) => {
                     return self.resync_found(d, start, mark, sink);
                 }
-                ScanOutcome::NeedMore => break,
+                ScanOutcome::NeedMore if window.len() == line.len() => break,
                 _ => {}
             }
         }
@@ -682,6 +695,7 @@ impl HttpConnection {
         let parser = &mut self.directions[d];
         parser.head.clear();
         parser.kind = None;
+        parser.head_from_resync = true;
         parser.state = State::Head;
         start
     }
@@ -833,6 +847,9 @@ struct DirectionParser {
     at_stream_start: bool,
     /// Inside a run of skipped bytes (already reported as `Resynchronized`).
     skipping: bool,
+    /// The undecided head began at a line picked while skipping, not at a message boundary:
+    /// if it grows past the head limit undecided, it is skipped rather than too large.
+    head_from_resync: bool,
 }
 
 impl DirectionParser {
@@ -847,6 +864,7 @@ impl DirectionParser {
             kind: None,
             at_stream_start: true,
             skipping: false,
+            head_from_resync: false,
         }
     }
 
@@ -857,6 +875,7 @@ impl DirectionParser {
             self.head.clear();
         }
         self.kind = None;
+        self.head_from_resync = false;
         self.segment_scan = None;
     }
 }
@@ -1366,6 +1385,10 @@ impl ChunkState {
                 digits_done,
                 line_len,
             } => {
+                // Bytes past the line limit are never looked at, so a long line is given up at
+                // the same byte however the input is cut.
+                let allowance = max_line.saturating_sub(*line_len).saturating_add(1);
+                let input = input.get(..allowance).unwrap_or(input);
                 let mut i = 0;
                 while let Some(&b) = input.get(i) {
                     if *digits_done {
@@ -1442,7 +1465,19 @@ impl ChunkState {
                 line_first,
                 total,
             } => {
+                // As for heads: only bytes within the limit are looked at, and the trailer is
+                // given up at the limit, the same byte for any cut.
+                let room = max_line.saturating_sub(*total);
+                let whole_input = input.len();
+                let input = input.get(..room).unwrap_or(input);
                 let Some(k) = memchr::memchr(b'\n', input) else {
+                    if input.len() < whole_input {
+                        return FramingStep {
+                            used: input.len(),
+                            data: None,
+                            event: FramingEvent::Bad(Anomaly::HeaderTooLarge),
+                        };
+                    }
                     if *line_len == 0
                         && let Some(&b) = input.first()
                     {

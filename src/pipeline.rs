@@ -31,6 +31,7 @@ use crate::report::{self, InputProblem, Summary};
 use crate::session::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
 use crate::sessions::{self, Finding, SessionView};
 use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
+use crate::verdict::{LimitHit, Verdict};
 
 /// How a run is done.
 #[derive(Clone, Debug)]
@@ -644,6 +645,13 @@ impl Shard {
             har_entry: None,
         };
         for mut r in c.tracker.resumes.drain(..) {
+            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
+            if t.overflows > 0
+                && r.decision.verdict == Verdict::CaptureIncomplete
+                && r.decision.reason != LimitHit::Connections.reason()
+            {
+                r.decision.blame_limit(LimitHit::OutOfOrder);
+            }
             r.connection = at.clone();
             self.resumes.push(r);
         }
@@ -844,6 +852,7 @@ fn read_packets<R: Read, D: Dispatch>(
         bar.inc(reader.position().saturating_sub(progress_shown));
     }
     if let Some(at) = reader.truncated_at() {
+        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
         report.messages.push((
             false,
             format!(

@@ -26,7 +26,9 @@ use crate::record::{
 };
 use crate::sessions::Forensics;
 use crate::sse::{SseEvent, SseParser};
-use crate::verdict::{self, DecimalId, Decision, NoAnswer, ResponseFacts, StreamOutcome, Verdict};
+use crate::verdict::{
+    self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
+};
 
 /// Facts (ids, distinctive events) kept from the start of each stream: a replay from zero
 /// re-sends these, and the first of a resumed stream's re-deliveries is among them.
@@ -517,6 +519,10 @@ pub struct ExchangeTracker {
     pub facts_dropped: u64,
     pub summaries_dropped: u64,
     keep_summaries: bool,
+    /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
+    evicted: bool,
+    /// The last message head dropped for exceeding `Limits::max_header_bytes`.
+    head_too_large: Option<Mark>,
 }
 
 /// Anomalies kept per connection for the report; further ones are only counted.
@@ -535,6 +541,8 @@ impl ExchangeTracker {
             facts_dropped: 0,
             summaries_dropped: 0,
             keep_summaries: true,
+            evicted: false,
+            head_too_large: None,
         }
     }
 
@@ -559,11 +567,10 @@ impl ExchangeTracker {
     pub fn finish(&mut self, server_end: Option<StreamEnd>, server_gaps: bool, mark: Mark) {
         let mut ids: Vec<u32> = self.open.keys().copied().collect();
         ids.sort_unstable();
+        self.evicted = server_end == Some(StreamEnd::Evicted);
         for id in ids {
             if let Some(mut ex) = self.open.remove(&id) {
-                if let Some(stream) = ex.stream.as_mut() {
-                    stream.parser.finish(mark);
-                }
+                self.finish_stream(&mut ex, mark);
                 let no_answer = match server_end {
                     _ if server_gaps => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
@@ -678,6 +685,19 @@ impl ExchangeTracker {
             },
         };
         let mut decision = verdict::decide(&last_event_id, facts);
+        let evicted =
+            self.evicted || end.is_some_and(|(how, _)| how == BodyEnd::Stream(StreamEnd::Evicted));
+        if evicted && decision.verdict == Verdict::CaptureIncomplete {
+            decision.blame_limit(LimitHit::Connections);
+        }
+        if response.is_none()
+            && self
+                .head_too_large
+                .is_some_and(|m| m.frame >= request.complete.frame)
+        {
+            // The answer may be the head that was dropped: no verdict against the server.
+            decision.blame_limit(LimitHit::HeadBytes);
+        }
         if decision.verdict == Verdict::Rejected && response.is_some_and(|r| r.status == 405) {
             decision.reason = "the server answered 405 Method Not Allowed: it offers no \
                                resumable GET stream (as on protocol 2026-07-28, which dropped \
@@ -697,12 +717,7 @@ impl ExchangeTracker {
         }
         if first_truncated && decision.verdict != Verdict::CaptureIncomplete {
             // A cut id cannot be compared honestly.
-            decision = Decision {
-                verdict: Verdict::Unverifiable,
-                reason: "the first event id is longer than the field limit",
-                lost: None,
-                replayed_count: None,
-            };
+            decision.blame_limit(LimitHit::SseField);
         }
         let ids_opaque = decision.verdict == Verdict::Unverifiable
             && first_id.is_some()
@@ -746,6 +761,17 @@ impl ExchangeTracker {
             ids_opaque,
             forensic: Forensics::default(),
         });
+    }
+
+    /// Ends the event stream of an exchange; ids or event types cut at the field limit are
+    /// reported once per stream.
+    fn finish_stream(&mut self, ex: &mut OpenExchange, mark: Mark) {
+        if let Some(stream) = ex.stream.as_mut() {
+            stream.parser.finish(mark);
+            if stream.parser.fields_cut() > 0 {
+                self.anomaly(Anomaly::SseFieldTooLong, mark);
+            }
+        }
     }
 
     fn note_session(&mut self, id: &Option<String>) {
@@ -1436,14 +1462,15 @@ impl HttpSink for ExchangeTracker {
         let Some(mut ex) = self.open.remove(&exchange) else {
             return;
         };
-        if let Some(stream) = ex.stream.as_mut() {
-            stream.parser.finish(mark);
-        }
+        self.finish_stream(&mut ex, mark);
         ex.end = Some((how, mark));
         self.complete(exchange, ex, NoAnswer::NotCaptured, mark);
     }
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
+        if what == Anomaly::HeaderTooLarge {
+            self.head_too_large = Some(mark);
+        }
         if self.anomalies.len() < MAX_ANOMALIES_KEPT {
             self.anomalies.push((what, mark));
         }

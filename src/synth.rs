@@ -15,6 +15,8 @@ use std::cmp::Ordering;
 use std::io::{self, Write};
 use std::net::IpAddr;
 
+pub mod malformed;
+
 /// 2026-11-09T10:00:00Z in nanoseconds since the Unix epoch: where synthetic time starts.
 pub const BASE_TIME_NS: u64 = 1_794_218_400 * NS_PER_SEC;
 

@@ -177,7 +177,8 @@ pub fn compare_ids(last_event_id: &str, first_event_id: &str) -> Option<IdOrder>
         }
         Ordering::Less => {
             let count = match (first.to_u128(), last.to_u128()) {
-                (Some(f), Some(l)) => u64::try_from(l - f + 1).ok(),
+                // l = u128::MAX and f = 0 would overflow the + 1.
+                (Some(f), Some(l)) => (l - f).checked_add(1).and_then(|n| u64::try_from(n).ok()),
                 _ => None,
             };
             IdOrder::Repeated { count }
@@ -245,6 +246,51 @@ impl Decision {
             lost: None,
             replayed_count: None,
         }
+    }
+}
+
+/// A bound of the analysis (`record::Limits`, set by a command-line flag) whose crossing left
+/// part of a connection unread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitHit {
+    /// The connection was evicted to keep the flow table within `--max-connections`.
+    Connections,
+    /// Out-of-order bytes beyond `--max-out-of-order` were given up as a gap.
+    OutOfOrder,
+    /// A message head after the request was longer than `--max-header-bytes`.
+    HeadBytes,
+    /// The first event id was longer than `--max-sse-field` and was cut.
+    SseField,
+}
+
+impl LimitHit {
+    pub fn reason(self) -> &'static str {
+        match self {
+            LimitHit::Connections => {
+                "the connection was evicted to stay within --max-connections before the resume \
+                 could be decided"
+            }
+            LimitHit::OutOfOrder => {
+                "bytes of the connection were given up as a gap once --max-out-of-order was \
+                 exceeded, before the resume could be decided"
+            }
+            LimitHit::HeadBytes => {
+                "a message head after the request was too large to read (--max-header-bytes, or \
+                 more header lines than are parsed), so the answer may be in it"
+            }
+            LimitHit::SseField => {
+                "the first event id is longer than --max-sse-field and was cut, so it cannot be \
+                 compared"
+            }
+        }
+    }
+}
+
+impl Decision {
+    /// The analysis, not the capture or the server, lacks what was needed: the resume is
+    /// `capture_incomplete`, and the reason names the limit so that it can be raised.
+    pub fn blame_limit(&mut self, limit: LimitHit) {
+        *self = Decision::of(Verdict::CaptureIncomplete, limit.reason());
     }
 }
 

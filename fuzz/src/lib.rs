@@ -1,0 +1,656 @@
+//! Fuzz harnesses for mcp-resume-audit: one function per target, shared by the libFuzzer
+//! entry points (`cargo fuzz run TARGET`) and by the plain replay binaries (`cargo run
+//! --manifest-path fuzz/Cargo.toml --bin TARGET -- FILE_OR_DIR...`).
+//!
+//! Input: arbitrary bytes. For the capture and pipeline targets they are a capture file; for
+//! the stream-level targets they are read as a small structured format (see [`Transcript`]
+//! and [`tcp_reassembly`]), so that the fuzzer explores parser states rather than framing.
+//! Output: nothing; a harness panics when the code under test panics or breaks a contract
+//! its module header states (split independence, exactly-once delivery, bounded buffers).
+//! Invariants: every harness is deterministic and bounded in time by its input length.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+
+use mcp_resume_audit::capture::CaptureReader;
+use mcp_resume_audit::decode;
+use mcp_resume_audit::http1::HttpConnection;
+use mcp_resume_audit::pipeline::{self, Options};
+use mcp_resume_audit::record::{
+    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
+    StreamSink,
+};
+use mcp_resume_audit::sse::{SseEvent, SseParser};
+use mcp_resume_audit::tcp::{TcpConnection, TcpFlags, TcpSegment};
+
+/// Runs `harness` on every file named on the command line (directories: every file inside).
+pub fn replay_args(harness: fn(&[u8])) -> ExitCode {
+    let mut runs = 0u64;
+    for arg in std::env::args_os().skip(1) {
+        let path = Path::new(&arg);
+        let mut files = Vec::new();
+        if path.is_dir() {
+            match std::fs::read_dir(path) {
+                Ok(entries) => files.extend(entries.flatten().map(|e| e.path())),
+                Err(e) => {
+                    eprintln!("{}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            files.sort();
+        } else {
+            files.push(path.to_path_buf());
+        }
+        for f in files.iter().filter(|f| f.is_file()) {
+            let mut data = Vec::new();
+            if let Err(e) = std::fs::File::open(f).and_then(|mut h| h.read_to_end(&mut data)) {
+                eprintln!("{}: {e}", f.display());
+                return ExitCode::from(2);
+            }
+            harness(&data);
+            runs += 1;
+        }
+    }
+    eprintln!("replayed {runs} inputs without a failure");
+    ExitCode::SUCCESS
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capture reader and packet decoder.
+
+/// Reads `data` as a capture file and decodes every packet down to TCP.
+pub fn capture_decode(data: &[u8]) {
+    // A small block limit so that the "record larger than allowed" paths are reachable.
+    let max_block = 1 << 16;
+    let Ok(mut reader) = CaptureReader::open(data, max_block) else {
+        return;
+    };
+    let mut last_frame = 0;
+    // An error ends the packets: damage is reported once, after which nothing more comes.
+    while let Ok(Some(p)) = reader.next_packet() {
+        assert!(p.data.len() <= max_block, "record above the block limit");
+        // Skipped records (a packet naming no interface) still take a frame number.
+        assert!(p.frame > last_frame, "frame numbers go up");
+        last_frame = p.frame;
+        if let Ok(tcp) = decode::decode(p.linktype, p.data) {
+            assert!(tcp.payload.len() <= p.data.len());
+        }
+    }
+    assert!(reader.position() <= data.len() as u64);
+    if let Some(at) = reader.truncated_at() {
+        assert!(at <= data.len() as u64);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TCP reassembly.
+
+/// Checks the `StreamSink` contract and that delivered bytes sit at their stream positions.
+#[derive(Default)]
+struct TcpChecker {
+    /// Positions accounted for (data or gap) per direction.
+    position: [u64; 2],
+    /// Low byte of the sequence number of position 0, learnt from the first data byte.
+    origin: [Option<u8>; 2],
+    ended: [bool; 2],
+}
+
+impl StreamSink for TcpChecker {
+    fn data(&mut self, dir: Direction, bytes: &[u8], _mark: Mark) {
+        let d = dir.index();
+        assert!(!self.ended[d], "data after end");
+        assert!(!bytes.is_empty(), "empty data call");
+        for (i, b) in bytes.iter().enumerate() {
+            // Every payload byte is the low byte of its own sequence number, so a byte at the
+            // wrong position (glued over a hole, shifted by an overlap) shows here.
+            let pos_low = self.position[d].wrapping_add(i as u64) as u8;
+            let origin = *self.origin[d].get_or_insert(b.wrapping_sub(pos_low));
+            assert_eq!(
+                *b,
+                origin.wrapping_add(pos_low),
+                "byte delivered at the wrong stream position"
+            );
+        }
+        self.position[d] += bytes.len() as u64;
+    }
+    fn gap(&mut self, dir: Direction, len: u64, _mark: Mark) {
+        let d = dir.index();
+        assert!(!self.ended[d], "gap after end");
+        assert!(len > 0, "empty gap");
+        self.position[d] = self.position[d]
+            .checked_add(len)
+            .expect("position overflow");
+    }
+    fn end(&mut self, dir: Direction, _how: StreamEnd, _mark: Mark) {
+        let d = dir.index();
+        assert!(!self.ended[d], "end twice");
+        self.ended[d] = true;
+    }
+}
+
+/// Out-of-order limits the TCP harness picks from (one input byte chooses).
+const OOO_LIMITS: [usize; 8] = [0, 1, 64, 100, 1000, 4096, 65_536, 4 << 20];
+
+/// One TCP segment as the TCP harness reads it: 6 bytes.
+/// byte 0: bit 0 direction, bit 1 SYN, bit 2 ACK, bit 3 FIN, bit 4 RST, bit 5 far (the
+/// offsets are shifted left by 16 bits, to reach wraparound and distant positions);
+/// bytes 1-2: sequence offset (LE) from the direction's base; bytes 3-4: acknowledgment
+/// offset (LE) from the other direction's base; byte 5: payload length.
+/// The input starts with the two base sequence numbers (LE u32 each) and one byte choosing the
+/// out-of-order limit. Payload byte i of a segment is the low byte of its sequence number.
+pub fn tcp_reassembly(data: &[u8]) {
+    let Some((head, mut rest)) = data.split_at_checked(9) else {
+        return;
+    };
+    let base = [
+        u32::from_le_bytes([head[0], head[1], head[2], head[3]]),
+        u32::from_le_bytes([head[4], head[5], head[6], head[7]]),
+    ];
+    let limits = Limits {
+        max_out_of_order_bytes: OOO_LIMITS[usize::from(head[8] % 8)],
+        ..Limits::default()
+    };
+    let mut conn = TcpConnection::new(&limits);
+    let mut sink = TcpChecker::default();
+    let mut payload = Vec::with_capacity(256);
+    let mut frame = 0u64;
+    while let Some((rec, tail)) = rest.split_at_checked(6) {
+        rest = tail;
+        frame += 1;
+        let dir = if rec[0] & 1 == 0 {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        let flags = TcpFlags {
+            syn: rec[0] & 2 != 0,
+            ack: rec[0] & 4 != 0,
+            fin: rec[0] & 8 != 0,
+            rst: rec[0] & 16 != 0,
+        };
+        let shift = if rec[0] & 32 != 0 { 16 } else { 0 };
+        let seq_off = u32::from(u16::from_le_bytes([rec[1], rec[2]])) << shift;
+        let ack_off = u32::from(u16::from_le_bytes([rec[3], rec[4]])) << shift;
+        let seq = base[dir.index()].wrapping_add(seq_off);
+        let ack = base[dir.other().index()].wrapping_add(ack_off);
+        let first_byte_seq = if flags.syn { seq.wrapping_add(1) } else { seq };
+        payload.clear();
+        payload.extend((0..u32::from(rec[5])).map(|i| first_byte_seq.wrapping_add(i) as u8));
+        let seg = TcpSegment {
+            seq,
+            ack,
+            flags,
+            payload: &payload,
+            mark: Mark::new(frame, frame as i64),
+        };
+        conn.segment(dir, &seg, &mut sink);
+    }
+    conn.finish(StreamEnd::CaptureEnd, Mark::new(frame + 1, 0), &mut sink);
+    for dir in [Direction::Forward, Direction::Reverse] {
+        assert!(sink.ended[dir.index()], "a direction never ended");
+        assert_eq!(
+            sink.position[dir.index()],
+            conn.position(dir),
+            "positions reported differ from the reassembler's"
+        );
+    }
+    assert!(conn.is_closed());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transcripts: the in-order side of a connection, for the HTTP and SSE harnesses.
+
+/// One step of a byte-stream transcript.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    Data(Direction, &'a [u8]),
+    Gap(Direction, u64),
+    End(Direction, StreamEnd),
+}
+
+const END_KINDS: [StreamEnd; 5] = [
+    StreamEnd::Fin,
+    StreamEnd::Rst,
+    StreamEnd::CaptureEnd,
+    StreamEnd::Evicted,
+    StreamEnd::Abandoned,
+];
+
+/// A parsed transcript: two header bytes (their meaning is the harness's), then steps.
+/// Step encoding: a tag byte (bit 0 direction; bits 1-2 kind: 0 and 3 data, 1 gap, 2 end;
+/// bits 3-5 the end kind), then for data a LE u16 length and the bytes (cut at the end of the
+/// input), for a gap a LE u32 length.
+pub struct Transcript<'a> {
+    pub header: [u8; 2],
+    pub steps: Vec<Step<'a>>,
+}
+
+impl<'a> Transcript<'a> {
+    pub fn parse(data: &'a [u8]) -> Option<Self> {
+        let (head, mut rest) = data.split_at_checked(2)?;
+        let mut steps = Vec::new();
+        while let Some((&tag, tail)) = rest.split_first() {
+            rest = tail;
+            let dir = if tag & 1 == 0 {
+                Direction::Forward
+            } else {
+                Direction::Reverse
+            };
+            match (tag >> 1) & 3 {
+                1 => {
+                    let Some((len, tail)) = rest.split_at_checked(4) else {
+                        break;
+                    };
+                    rest = tail;
+                    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]);
+                    steps.push(Step::Gap(dir, u64::from(len)));
+                }
+                2 => steps.push(Step::End(
+                    dir,
+                    END_KINDS[usize::from((tag >> 3) & 7) % END_KINDS.len()],
+                )),
+                _ => {
+                    let Some((len, tail)) = rest.split_at_checked(2) else {
+                        break;
+                    };
+                    let len = usize::from(u16::from_le_bytes([len[0], len[1]])).min(tail.len());
+                    let (bytes, tail) = tail.split_at(len);
+                    rest = tail;
+                    steps.push(Step::Data(dir, bytes));
+                }
+            }
+        }
+        Some(Transcript {
+            header: [head[0], head[1]],
+            steps,
+        })
+    }
+
+    /// The encoding [`Transcript::parse`] reads (data longer than 65,535 bytes is split).
+    pub fn encode(header: [u8; 2], steps: &[Step<'_>]) -> Vec<u8> {
+        let mut out = header.to_vec();
+        for step in steps {
+            match step {
+                Step::Data(dir, bytes) => {
+                    for piece in bytes.chunks(usize::from(u16::MAX)) {
+                        out.push(dir.index() as u8);
+                        out.extend_from_slice(&(piece.len() as u16).to_le_bytes());
+                        out.extend_from_slice(piece);
+                    }
+                }
+                Step::Gap(dir, len) => {
+                    out.push(dir.index() as u8 | 2);
+                    let len = u32::try_from(*len).unwrap_or(u32::MAX);
+                    out.extend_from_slice(&len.to_le_bytes());
+                }
+                Step::End(dir, how) => {
+                    let kind = END_KINDS.iter().position(|k| k == how).unwrap_or(2) as u8;
+                    out.push(dir.index() as u8 | 4 | (kind << 3));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Cut points for feeding one slice in pieces: a tiny deterministic generator (xorshift) so
+/// that the same input always gives the same cuts.
+struct Cuts(u32);
+
+impl Cuts {
+    fn new(seed: u8) -> Self {
+        Cuts(u32::from(seed).wrapping_mul(0x9E37_79B9) | 1)
+    }
+    fn next_len(&mut self, max: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        // Mostly short pieces (the interesting splits are inside tokens), sometimes long ones.
+        let len = if self.0 & 3 == 0 {
+            (self.0 >> 8) as usize % 512
+        } else {
+            (self.0 >> 8) as usize % 8
+        };
+        len.clamp(1, max.max(1))
+    }
+    fn pieces<'b>(&mut self, mut bytes: &'b [u8], mut each: impl FnMut(&'b [u8])) {
+        while !bytes.is_empty() {
+            let (piece, rest) = bytes.split_at(self.next_len(bytes.len()));
+            each(piece);
+            bytes = rest;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/1.1.
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HttpEvent {
+    Request(RequestHead),
+    Response(ResponseHead),
+    Body(u32, Vec<u8>, Mark),
+    BodyGap(u32, u64, Mark),
+    BodyEnd(u32, BodyEnd, Mark),
+    Anomaly(Anomaly, Mark),
+}
+
+/// Records HTTP events (body bytes of one exchange and mark merged) and checks the order
+/// contract of [`HttpSink`].
+#[derive(Default)]
+struct HttpRecorder {
+    events: Vec<HttpEvent>,
+    responded: std::collections::BTreeSet<u32>,
+    ended: std::collections::BTreeSet<u32>,
+    body_bytes: usize,
+}
+
+/// Body bytes kept for comparison; past this only the count is compared.
+const BODY_KEPT: usize = 1 << 20;
+
+impl HttpRecorder {
+    fn open(&self, exchange: u32) {
+        assert!(
+            self.responded.contains(&exchange),
+            "body before response head"
+        );
+        assert!(!self.ended.contains(&exchange), "body after body_end");
+    }
+}
+
+impl HttpSink for HttpRecorder {
+    fn request(&mut self, head: RequestHead) {
+        self.events.push(HttpEvent::Request(head));
+    }
+    fn response(&mut self, head: ResponseHead) {
+        assert!(
+            self.responded.insert(head.exchange),
+            "two responses for one exchange"
+        );
+        self.events.push(HttpEvent::Response(head));
+    }
+    fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
+        self.open(exchange);
+        self.body_bytes += bytes.len();
+        let keep = &bytes[..bytes.len().min(BODY_KEPT.saturating_sub(self.body_bytes))];
+        if let Some(HttpEvent::Body(x, kept, m)) = self.events.last_mut()
+            && *x == exchange
+            && *m == mark
+        {
+            kept.extend_from_slice(keep);
+            return;
+        }
+        self.events
+            .push(HttpEvent::Body(exchange, keep.to_vec(), mark));
+    }
+    fn body_gap(&mut self, exchange: u32, len: u64, mark: Mark) {
+        self.open(exchange);
+        self.events.push(HttpEvent::BodyGap(exchange, len, mark));
+    }
+    fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
+        self.open(exchange);
+        self.ended.insert(exchange);
+        self.events.push(HttpEvent::BodyEnd(exchange, how, mark));
+    }
+    fn anomaly(&mut self, what: Anomaly, mark: Mark) {
+        self.events.push(HttpEvent::Anomaly(what, mark));
+    }
+}
+
+fn run_http(t: &Transcript<'_>, split: Option<u8>) -> HttpRecorder {
+    let limits = Limits {
+        max_header_bytes: 256 << (t.header[1] % 9),
+        ..Limits::default()
+    };
+    let from_start = t.header[0] & 1 != 0;
+    let mut conn = HttpConnection::new(&limits, from_start);
+    let mut rec = HttpRecorder::default();
+    let mut cuts = split.map(Cuts::new);
+    let mut ended = [false; 2];
+    for (i, step) in t.steps.iter().enumerate() {
+        let mark = Mark::new(i as u64 + 1, i as i64);
+        match *step {
+            Step::Data(dir, bytes) => match cuts.as_mut() {
+                Some(c) => c.pieces(bytes, |p| conn.data(dir, p, mark, &mut rec)),
+                None => conn.data(dir, bytes, mark, &mut rec),
+            },
+            Step::Gap(dir, len) => conn.gap(dir, len, mark, &mut rec),
+            Step::End(dir, how) => {
+                // The stream contract: one end per direction, nothing after it.
+                if !ended[dir.index()] {
+                    ended[dir.index()] = true;
+                    conn.end(dir, how, mark, &mut rec);
+                }
+            }
+        }
+    }
+    let last = Mark::new(t.steps.len() as u64 + 1, 0);
+    for dir in [Direction::Forward, Direction::Reverse] {
+        if !ended[dir.index()] {
+            conn.end(dir, StreamEnd::CaptureEnd, last, &mut rec);
+        }
+    }
+    rec
+}
+
+fn step_dir(step: &Step<'_>) -> Direction {
+    match *step {
+        Step::Data(d, _) | Step::Gap(d, _) | Step::End(d, _) => d,
+    }
+}
+
+/// Feeds a transcript to the HTTP/1.1 parser twice, each data step whole and then cut at
+/// input-chosen points; the events must be the same, and every delivered response head must
+/// get exactly one body end once both directions ended.
+/// Header byte 0: bit 0 `from_start`, the rest seeds the cuts; byte 1 picks the head limit.
+pub fn http1_parser(data: &[u8]) {
+    let Some(mut t) = Transcript::parse(data) else {
+        return;
+    };
+    // Steps after a direction's end are not allowed by the stream contract: drop them.
+    let mut ended = [false; 2];
+    t.steps.retain(|s| {
+        let d = step_dir(s).index();
+        let keep = !ended[d];
+        if let Step::End(..) = s {
+            ended[d] = true;
+        }
+        keep
+    });
+    let whole = run_http(&t, None);
+    let cut = run_http(&t, Some(t.header[0] >> 1));
+    assert_eq!(
+        whole.events, cut.events,
+        "the HTTP events depend on how the bytes were cut"
+    );
+    assert_eq!(whole.body_bytes, cut.body_bytes);
+    assert_eq!(
+        whole.responded, whole.ended,
+        "a response head without exactly one body end"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server-sent events.
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OwnedEvent {
+    id: Option<Vec<u8>>,
+    id_truncated: bool,
+    event_type: Vec<u8>,
+    data_len: u64,
+    data_lines: u32,
+    retry: Option<u64>,
+    data: Vec<u8>,
+    data_truncated: bool,
+    dispatched: bool,
+    mark: Mark,
+    first_mark: Mark,
+}
+
+impl OwnedEvent {
+    fn of(e: &SseEvent<'_>) -> Self {
+        OwnedEvent {
+            id: e.id.map(<[u8]>::to_vec),
+            id_truncated: e.id_truncated,
+            event_type: e.event_type.to_vec(),
+            data_len: e.data_len,
+            data_lines: e.data_lines,
+            retry: e.retry,
+            data: e.data.to_vec(),
+            data_truncated: e.data_truncated,
+            dispatched: e.dispatched,
+            mark: e.mark,
+            first_mark: e.first_mark,
+        }
+    }
+}
+
+fn run_sse(t: &Transcript<'_>, split: Option<u8>) -> (Vec<OwnedEvent>, bool, usize) {
+    let field = 16usize << (t.header[1] % 8);
+    let keep = usize::from(t.header[1] >> 3) * 8;
+    let limits = Limits {
+        max_sse_field_bytes: field,
+        ..Limits::default()
+    };
+    let bound = 2 * (3 * field + keep) + 256;
+    let mut p = SseParser::new(&limits, keep);
+    let mut events = Vec::new();
+    let mut cuts = split.map(Cuts::new);
+    for (i, step) in t.steps.iter().enumerate() {
+        let mark = Mark::new(i as u64 + 1, i as i64);
+        match *step {
+            Step::Data(_, bytes) => match cuts.as_mut() {
+                Some(c) => c.pieces(bytes, |piece| {
+                    p.feed(piece, mark, |e| events.push(OwnedEvent::of(e)));
+                    assert!(p.retained_bytes() <= bound, "SSE buffers above their bound");
+                }),
+                None => p.feed(bytes, mark, |e| events.push(OwnedEvent::of(e))),
+            },
+            Step::Gap(..) => p.gap(mark),
+            Step::End(..) => break,
+        }
+        assert!(p.retained_bytes() <= bound, "SSE buffers above their bound");
+    }
+    let pending = p.finish(Mark::new(t.steps.len() as u64 + 1, 0));
+    (events, pending, p.stats().events as usize)
+}
+
+/// Feeds a transcript's data and gap steps (either direction) to one SSE parser, whole and
+/// cut; events and the pending-block answer must match, and buffers stay bounded.
+/// Header byte 0 seeds the cuts; byte 1 picks the field limit (low 3 bits) and the data kept.
+pub fn sse_parser(data: &[u8]) {
+    let Some(t) = Transcript::parse(data) else {
+        return;
+    };
+    let whole = run_sse(&t, None);
+    let cut = run_sse(&t, Some(t.header[0]));
+    assert_eq!(
+        whole, cut,
+        "the SSE events depend on how the bytes were cut"
+    );
+    assert_eq!(
+        whole.0.len(),
+        whole.2,
+        "events reported differ from the count"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole pipeline.
+
+/// Runs the whole analysis on `data` as one capture, with small limits so that eviction,
+/// out-of-order overflow and head limits are reachable by small inputs.
+pub fn pipeline(data: &[u8]) {
+    let opts = Options {
+        threads: 1,
+        limits: Limits {
+            max_out_of_order_bytes: 2048,
+            max_connections: 3,
+            max_header_bytes: 512,
+            max_sse_field_bytes: 32,
+            max_block_bytes: 1 << 16,
+        },
+        forensic: mcp_resume_audit::sessions::Options {
+            id_pattern: None,
+            views: true,
+        },
+        ..Options::default()
+    };
+    let report = pipeline::analyze_reader("fuzz-input", data, &opts);
+    assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
+    let mut out = Vec::new();
+    for r in &report.resumes {
+        mcp_resume_audit::report::write_resume(&mut out, "fuzz-input", r)
+            .expect("writing to memory");
+    }
+    for f in &report.findings {
+        mcp_resume_audit::report::write_finding(&mut out, "fuzz-input", f)
+            .expect("writing to memory");
+    }
+    for v in &report.views {
+        mcp_resume_audit::report::write_session(&mut out, "fuzz-input", v)
+            .expect("writing to memory");
+    }
+    mcp_resume_audit::report::write_human_input(
+        &mut out,
+        "fuzz-input",
+        &report.resumes,
+        &report.findings,
+    )
+    .expect("writing to memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// HAR.
+
+/// Hands out its bytes in pieces of input-chosen sizes, to check that the HAR reader's answer
+/// does not depend on how its reads are served.
+struct PieceReader<'a> {
+    data: &'a [u8],
+    cuts: Cuts,
+}
+
+impl Read for PieceReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.cuts.next_len(self.data.len().min(buf.len()));
+        let n = n.min(self.data.len()).min(buf.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+/// Reads `data` as a HAR document (the pipeline recognizes it by content), once whole and once
+/// served in small reads; resumes, counters and messages must be the same.
+/// The input's name points into a folder that does not exist, so `content._file` bodies are
+/// never found (the fuzzer must not read files).
+pub fn har(data: &[u8]) {
+    let opts = Options {
+        threads: 1,
+        limits: Limits {
+            max_header_bytes: 512,
+            max_sse_field_bytes: 32,
+            ..Limits::default()
+        },
+        ..Options::default()
+    };
+    let name = "/nonexistent-fuzz-dir/fuzz.har";
+    let whole = pipeline::analyze_reader(name, data, &opts);
+    let seed = data.last().copied().unwrap_or(0);
+    let pieces = PieceReader {
+        data,
+        cuts: Cuts::new(seed),
+    };
+    let cut = pipeline::analyze_reader(name, pieces, &opts);
+    assert_eq!(
+        whole.resumes, cut.resumes,
+        "HAR resumes depend on read sizes"
+    );
+    assert_eq!(whole.stats, cut.stats, "HAR counters depend on read sizes");
+    assert_eq!(
+        whole.messages, cut.messages,
+        "HAR messages depend on read sizes"
+    );
+}
