@@ -485,8 +485,10 @@ struct StreamFacts {
     summary: Option<Box<StreamSummary>>,
     shape: ShapeState,
     tail: TailEvents,
-    /// The value of the stream's highest integer id, when it fits 64 bits.
-    max_value: Option<u64>,
+    /// The stream's highest integer id.
+    max_int: MaxInt,
+    /// The namespace key of the previous id (ids of one stream mostly share it).
+    last_key: Option<u64>,
     max_id: usize,
 }
 
@@ -803,6 +805,56 @@ struct ShapeCursor {
     key: (u64, usize),
 }
 
+/// The highest integer id of a stream. While ids fit 64 bits only the value and where it came
+/// are updated (ids usually grow, so this happens at every event); its text is written when
+/// the stream ends.
+#[derive(Debug, Default)]
+struct MaxInt {
+    value: Option<u64>,
+    /// The highest id as text, once one did not fit 64 bits (compared as decimals).
+    big: Option<IdSeen>,
+    mark: Mark,
+    id_index: u64,
+    seen: bool,
+}
+
+impl MaxInt {
+    fn see(&mut self, text: &str, id: &[u8], mark: Mark, id_index: u64) {
+        match (small_value(text), &self.big) {
+            (Some(v), None) => {
+                if !self.seen || self.value.is_none_or(|cur| v > cur) {
+                    self.value = Some(v);
+                    self.mark = mark;
+                    self.id_index = id_index;
+                    self.seen = true;
+                }
+            }
+            (Some(_), Some(_)) => {}
+            (None, _) => {
+                let higher = match &self.big {
+                    Some(b) => above(text, &b.text, None),
+                    None => true,
+                };
+                if higher {
+                    set_seen(&mut self.big, id, Some(text), mark, id_index);
+                }
+            }
+        }
+    }
+
+    fn take(&mut self) -> Option<IdSeen> {
+        if let Some(b) = self.big.take() {
+            return Some(b);
+        }
+        let v = self.value.filter(|_| self.seen)?;
+        Some(IdSeen {
+            text: v.to_string(),
+            mark: self.mark,
+            id_index: self.id_index,
+        })
+    }
+}
+
 /// `id <= last` for decimal ids, without comparing strings when `last` fits 64 bits.
 fn at_or_below(id: &[u8], last: &str, last_value: Option<u64>) -> bool {
     let text = std::str::from_utf8(id).unwrap_or("");
@@ -1000,13 +1052,14 @@ impl StreamFacts {
                 None if integer_id => *EMPTY_KEY,
                 None => idshape::namespace_key_hash(id),
             };
-            if !s.keys.contains(&key) {
+            if self.last_key != Some(key) && !s.keys.contains(&key) {
                 if s.keys.len() < MAX_KEYS {
                     s.keys.push(key);
                 } else {
                     s.facts_dropped += 1;
                 }
             }
+            self.last_key = Some(key);
             // Duplicates inside one resumed stream (a priming event delivers nothing, and the
             // skipped acknowledgment is the client's own position).
             if let Some(r) = self.resume.as_mut()
@@ -1018,14 +1071,8 @@ impl StreamFacts {
             if s.first_id.is_none() {
                 set_seen(&mut s.first_id, id, text, ev.mark, id_index);
             }
-            if integer_id
-                && let Some(text) = text
-                && s.max_int_id
-                    .as_ref()
-                    .is_none_or(|m| above(text, &m.text, self.max_value))
-            {
-                self.max_value = small_value(text);
-                set_seen(&mut s.max_int_id, id, Some(text), ev.mark, id_index);
+            if integer_id && let Some(text) = text {
+                self.max_int.see(text, id, ev.mark, id_index);
             }
             set_seen(&mut s.last_id, id, text, ev.mark, id_index);
             s.id_facts.push(IdFact {
@@ -1065,20 +1112,25 @@ impl StreamFacts {
 
     /// Reads the events held back at the end of the stream, and finds its duplicate ids.
     fn finish(&mut self) {
+        if let Some(s) = self.summary.as_deref_mut() {
+            s.max_int_id = self.max_int.take();
+        }
         if let (Some(r), Some(s)) = (self.resume.as_mut(), self.summary.as_deref_mut()) {
             s.dup_ids = r.seen.duplicates();
         }
         if let Some(s) = self.summary.as_deref_mut() {
             s.facts_dropped += self.tail.skipped;
             for t in self.tail.events.drain(..) {
+                let (event_type, rest) = t.buf.split_at(t.type_len.min(t.buf.len()));
+                let (id, data) = rest.split_at(t.id_len.unwrap_or(0).min(rest.len()));
                 read_data(
                     s,
                     &EventData {
-                        data: &t.data,
-                        event_type: &t.event_type,
+                        data,
+                        event_type,
                         data_len: t.data_len,
                         data_truncated: t.data_truncated,
-                        id: t.id.as_deref(),
+                        id: t.id_len.map(|_| id),
                         integer_id: t.integer_id,
                         mark: t.mark,
                         event: t.event,
@@ -1174,12 +1226,13 @@ pub const CLASSIFY_HEAD: u64 = 32;
 /// Bytes of data kept for each held-back event.
 const TAIL_DATA: usize = 4 << 10;
 
-/// An event held back until its stream ends, in buffers reused from event to event.
+/// An event held back until its stream ends: its type, id and data in one buffer, reused
+/// from event to event.
 #[derive(Debug, Default)]
 struct TailEvent {
-    data: Vec<u8>,
-    event_type: Vec<u8>,
-    id: Option<Vec<u8>>,
+    buf: Vec<u8>,
+    type_len: usize,
+    id_len: Option<usize>,
     data_len: u64,
     data_truncated: bool,
     integer_id: bool,
@@ -1205,18 +1258,12 @@ impl TailEvents {
             TailEvent::default()
         };
         let cut = d.data.get(..TAIL_DATA).unwrap_or(d.data);
-        t.data.clear();
-        t.data.extend_from_slice(cut);
-        t.event_type.clear();
-        t.event_type.extend_from_slice(d.event_type);
-        match (d.id, t.id.as_mut()) {
-            (Some(id), Some(buf)) => {
-                buf.clear();
-                buf.extend_from_slice(id);
-            }
-            (Some(id), None) => t.id = Some(id.to_vec()),
-            (None, _) => t.id = None,
-        }
+        t.buf.clear();
+        t.buf.extend_from_slice(d.event_type);
+        t.type_len = d.event_type.len();
+        t.id_len = d.id.map(<[u8]>::len);
+        t.buf.extend_from_slice(d.id.unwrap_or(&[]));
+        t.buf.extend_from_slice(cut);
         t.data_len = d.data_len;
         t.data_truncated = d.data_truncated || cut.len() < d.data.len();
         t.integer_id = d.integer_id;
@@ -1429,7 +1476,8 @@ impl HttpSink for ExchangeTracker {
                     summary: keep.then(Box::default),
                     shape: ShapeState::default(),
                     tail: TailEvents::default(),
-                    max_value: None,
+                    max_int: MaxInt::default(),
+                    last_key: None,
                     max_id: limits.max_sse_field_bytes,
                 },
             });
