@@ -940,6 +940,7 @@ pub fn session_stage(report: &mut InputReport, summaries: Vec<ExchangeSummary>, 
         .resumes
         .sort_by_key(|r| (r.request.time_ns, r.request.frame, r.connection.tcp_stream));
     let out = sessions::analyze(&mut report.resumes, summaries, &opts.forensic);
+    report.stats.exchanges_not_audited += out.exchanges_not_audited;
     report.findings = out.findings;
     report.views = out.views;
 }

@@ -225,7 +225,15 @@ pub struct Outcome {
     /// Findings tied to no resume, in capture order.
     pub findings: Vec<Finding>,
     pub views: Vec<SessionView>,
+    /// Exchanges of sessions too large to audit (`MAX_AUDITED_EXCHANGES`).
+    pub exchanges_not_audited: u64,
 }
+
+/// Exchanges of one session audited against each other. Every audit of a resume looks at the
+/// session's other exchanges, so the work grows with the square of a session's size; a larger
+/// session (a client reconnecting without end, or a hostile capture) keeps the verdicts its
+/// resumes got from their own streams, and its exchanges are counted as not audited.
+pub const MAX_AUDITED_EXCHANGES: usize = 4096;
 
 type JoinKey = (Option<u64>, Option<u64>, u32, u64);
 
@@ -427,6 +435,10 @@ pub fn analyze(
     }
     let mut out = Outcome::default();
     for (sid, members) in &sessions {
+        if members.len() > MAX_AUDITED_EXCHANGES {
+            out.exchanges_not_audited += members.len() as u64;
+            continue;
+        }
         let ix = SessionIndex::build(&xs, members);
         let mut session_findings = Vec::new();
         for &xi in members.iter() {

@@ -606,4 +606,10 @@ fn a_flood_of_open_connections_is_evicted_and_said_so() {
     assert_eq!(by_limit, evicted, "every evicted resume names the limit");
     assert!(verdicts(&r).iter().all(|v| *v == "capture_incomplete"));
     assert!(r.peak_rss_kb < BOUNDED_RSS_KB, "peak {} KiB", r.peak_rss_kb);
+    // Every connection resumes the one session: auditing its exchanges against each other
+    // would cost the square of their number, so the session stage counts them instead.
+    assert_eq!(
+        r.summary["exchanges_not_audited"].as_u64(),
+        Some(u64::from(n))
+    );
 }
