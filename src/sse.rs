@@ -51,6 +51,40 @@ pub struct SseEvent<'a> {
     pub first_mark: Mark,
 }
 
+/// An [`SseEvent`] copied out of the parser's buffers, to keep or to compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedSseEvent {
+    pub id: Option<Vec<u8>>,
+    pub id_truncated: bool,
+    pub event_type: Vec<u8>,
+    pub data_len: u64,
+    pub data_lines: u32,
+    pub retry: Option<u64>,
+    pub data: Vec<u8>,
+    pub data_truncated: bool,
+    pub dispatched: bool,
+    pub mark: Mark,
+    pub first_mark: Mark,
+}
+
+impl From<&SseEvent<'_>> for OwnedSseEvent {
+    fn from(e: &SseEvent<'_>) -> Self {
+        OwnedSseEvent {
+            id: e.id.map(<[u8]>::to_vec),
+            id_truncated: e.id_truncated,
+            event_type: e.event_type.to_vec(),
+            data_len: e.data_len,
+            data_lines: e.data_lines,
+            retry: e.retry,
+            data: e.data.to_vec(),
+            data_truncated: e.data_truncated,
+            dispatched: e.dispatched,
+            mark: e.mark,
+            first_mark: e.first_mark,
+        }
+    }
+}
+
 /// Counters over the whole body.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SseStats {
@@ -594,39 +628,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// An event copied out of the callback, so runs can be compared.
-    #[derive(Clone, Debug, PartialEq, Eq)]
-    struct OwnedEvent {
-        id: Option<Vec<u8>>,
-        id_truncated: bool,
-        event_type: Vec<u8>,
-        data_len: u64,
-        data_lines: u32,
-        retry: Option<u64>,
-        data: Vec<u8>,
-        data_truncated: bool,
-        dispatched: bool,
-        mark: Mark,
-        first_mark: Mark,
-    }
+    type OwnedEvent = OwnedSseEvent;
 
-    impl OwnedEvent {
-        fn from_event(event: &SseEvent<'_>) -> Self {
-            OwnedEvent {
-                id: event.id.map(<[u8]>::to_vec),
-                id_truncated: event.id_truncated,
-                event_type: event.event_type.to_vec(),
-                data_len: event.data_len,
-                data_lines: event.data_lines,
-                retry: event.retry,
-                data: event.data.to_vec(),
-                data_truncated: event.data_truncated,
-                dispatched: event.dispatched,
-                mark: event.mark,
-                first_mark: event.first_mark,
-            }
-        }
-
+    impl OwnedSseEvent {
         /// A dispatched event with only data (whole, default marks).
         fn data(data: &[u8], lines: u32) -> Self {
             OwnedEvent {
@@ -696,9 +700,7 @@ mod tests {
                     while !bytes.is_empty() {
                         let n = piece(bytes.len()).clamp(1, bytes.len());
                         let (now, later) = bytes.split_at(n);
-                        parser.feed(now, Mark::default(), |e| {
-                            events.push(OwnedEvent::from_event(e))
-                        });
+                        parser.feed(now, Mark::default(), |e| events.push(OwnedEvent::from(e)));
                         bytes = later;
                     }
                 }
@@ -1118,9 +1120,7 @@ mod tests {
                 parser.retained_bytes()
             );
         }
-        parser.feed(b"\n\n", Mark::default(), |e| {
-            seen.push(OwnedEvent::from_event(e))
-        });
+        parser.feed(b"\n\n", Mark::default(), |e| seen.push(OwnedEvent::from(e)));
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].data_len, TOTAL as u64);
         assert_eq!(seen[0].data, vec![b'x'; 32]);
@@ -1140,9 +1140,7 @@ mod tests {
                 parser.feed(&piece, Mark::default(), |_| {});
                 assert!(parser.retained_bytes() <= 4 * limit);
             }
-            parser.feed(b"\n\n", Mark::default(), |e| {
-                seen.push(OwnedEvent::from_event(e))
-            });
+            parser.feed(b"\n\n", Mark::default(), |e| seen.push(OwnedEvent::from(e)));
         }
         assert_eq!(seen.len(), 2, "the id block and the retry block");
         assert_eq!(seen[0].id.as_ref().map(Vec::len), Some(limit));
@@ -1299,7 +1297,7 @@ mod tests {
         let mut at = 0;
         for point in points {
             parser.feed(&input[at..point], Mark::default(), |e| {
-                events.push(OwnedEvent::from_event(e))
+                events.push(OwnedEvent::from(e))
             });
             at = point;
         }

@@ -8,7 +8,7 @@ use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::sse::{SseEvent, SseParser};
+use mcp_resume_audit::sse::{OwnedSseEvent, SseEvent, SseParser};
 use mcp_resume_audit::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit::verdict::{self, IdOrder, ResponseFacts, StreamOutcome, Verdict};
 use proptest::prelude::*;
@@ -441,31 +441,11 @@ fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
 // ---------------------------------------------------------------------------------------------
 // SSE: one answer for any split.
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct OwnedEvent {
-    id: Option<Vec<u8>>,
-    id_truncated: bool,
-    event_type: Vec<u8>,
-    data_len: u64,
-    data_lines: u32,
-    retry: Option<u64>,
-    dispatched: bool,
-    mark: Mark,
-    first_mark: Mark,
-}
+/// Events as compared between runs.
+type OwnedEvent = OwnedSseEvent;
 
 fn owned(e: &SseEvent<'_>) -> OwnedEvent {
-    OwnedEvent {
-        id: e.id.map(<[u8]>::to_vec),
-        id_truncated: e.id_truncated,
-        event_type: e.event_type.to_vec(),
-        data_len: e.data_len,
-        data_lines: e.data_lines,
-        retry: e.retry,
-        dispatched: e.dispatched,
-        mark: e.mark,
-        first_mark: e.first_mark,
-    }
+    OwnedEvent::from(e)
 }
 
 fn sse_body() -> impl Strategy<Value = Vec<Vec<u8>>> {

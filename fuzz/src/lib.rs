@@ -21,7 +21,7 @@ use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::sse::{SseEvent, SseParser};
+use mcp_resume_audit::sse::{OwnedSseEvent, SseParser};
 use mcp_resume_audit::tcp::{TcpConnection, TcpFlags, TcpSegment};
 
 /// Runs `harness` on every file named on the command line (directories: every file inside).
@@ -474,38 +474,7 @@ pub fn http1_parser(data: &[u8]) {
 // ---------------------------------------------------------------------------------------------
 // Server-sent events.
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct OwnedEvent {
-    id: Option<Vec<u8>>,
-    id_truncated: bool,
-    event_type: Vec<u8>,
-    data_len: u64,
-    data_lines: u32,
-    retry: Option<u64>,
-    data: Vec<u8>,
-    data_truncated: bool,
-    dispatched: bool,
-    mark: Mark,
-    first_mark: Mark,
-}
-
-impl OwnedEvent {
-    fn of(e: &SseEvent<'_>) -> Self {
-        OwnedEvent {
-            id: e.id.map(<[u8]>::to_vec),
-            id_truncated: e.id_truncated,
-            event_type: e.event_type.to_vec(),
-            data_len: e.data_len,
-            data_lines: e.data_lines,
-            retry: e.retry,
-            data: e.data.to_vec(),
-            data_truncated: e.data_truncated,
-            dispatched: e.dispatched,
-            mark: e.mark,
-            first_mark: e.first_mark,
-        }
-    }
-}
+type OwnedEvent = OwnedSseEvent;
 
 fn run_sse(t: &Transcript<'_>, split: Option<u8>) -> (Vec<OwnedEvent>, bool, usize) {
     let field = 16usize << (t.header[1] % 8);
@@ -523,10 +492,10 @@ fn run_sse(t: &Transcript<'_>, split: Option<u8>) -> (Vec<OwnedEvent>, bool, usi
         match *step {
             Step::Data(_, bytes) => match cuts.as_mut() {
                 Some(c) => c.pieces(bytes, |piece| {
-                    p.feed(piece, mark, |e| events.push(OwnedEvent::of(e)));
+                    p.feed(piece, mark, |e| events.push(OwnedEvent::from(e)));
                     assert!(p.retained_bytes() <= bound, "SSE buffers above their bound");
                 }),
-                None => p.feed(bytes, mark, |e| events.push(OwnedEvent::of(e))),
+                None => p.feed(bytes, mark, |e| events.push(OwnedEvent::from(e))),
             },
             Step::Gap(..) => p.gap(mark),
             Step::End(..) => break,
