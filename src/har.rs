@@ -74,8 +74,14 @@ const MESSAGES_AMBIGUOUS: &str = "the first of the HAR's _eventSourceMessages re
 
 /// Analyzes one HAR document; `name` is how messages and the report cite the input, and its
 /// directory is where `content._file` bodies are looked for.
-pub fn analyze_har<R: Read>(name: &str, src: R, opts: &Options, report: &mut InputReport) {
-    analyze_har_bounded(name, src, opts, MAX_ENTRY_BYTES, report);
+pub fn analyze_har<R: Read>(
+    name: &str,
+    src: R,
+    opts: &Options,
+    report: &mut InputReport,
+    sink: &mut dyn crate::sessions::Sink,
+) {
+    analyze_har_bounded(name, src, opts, MAX_ENTRY_BYTES, report, sink);
 }
 
 /// [`analyze_har`] with the largest accepted entry given.
@@ -85,6 +91,7 @@ pub fn analyze_har_bounded<R: Read>(
     opts: &Options,
     max_entry_bytes: usize,
     report: &mut InputReport,
+    sink: &mut dyn crate::sessions::Sink,
 ) {
     let mut scan = Scanner::new(src);
     let mut run = HarRun {
@@ -99,7 +106,7 @@ pub fn analyze_har_bounded<R: Read>(
     };
     let walked = walk(&mut scan, &mut run, max_entry_bytes);
     let summaries = std::mem::take(&mut run.summaries);
-    crate::pipeline::session_stage(run.report, summaries, opts);
+    crate::pipeline::session_stage(run.report, summaries, opts, sink);
     if let Err(e) = walked {
         let text = match e.entry {
             Some(i) => format!(
@@ -725,7 +732,11 @@ impl HarRun<'_> {
             tracker.body_end(0, outcome.how, mark);
         }
         self.report.stats.http_exchanges += tracker.exchanges;
-        self.report.sessions.append(&mut tracker.session_ids);
+        for id in &tracker.session_ids {
+            self.report
+                .sessions
+                .insert(crate::session::fact_hash(&[id.as_bytes()]));
+        }
         for mut r in tracker.resumes.drain(..) {
             let answered_stream = r.status.is_some_and(|s| (200..300).contains(&s));
             if outcome.withhold && answered_stream && r.decision.verdict != Verdict::Rejected {
@@ -1401,7 +1412,15 @@ mod tests {
     fn an_oversized_entry_is_skipped_and_named() {
         let data = fixture("mixed.har");
         let mut report = InputReport::default();
-        analyze_har_bounded("m.har", &data[..], &Options::default(), 1500, &mut report);
+        let mut got = crate::sessions::Collected::default();
+        analyze_har_bounded(
+            "m.har",
+            &data[..],
+            &Options::default(),
+            1500,
+            &mut report,
+            &mut got,
+        );
         let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
         assert!(!errors.is_empty());
         assert!(
@@ -1411,7 +1430,7 @@ mod tests {
             "{errors:?}"
         );
         // The small resume entries still went through.
-        assert!(!report.resumes.is_empty());
+        assert!(!got.resumes.is_empty());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //!   input (id shapes, re-delivery, cursor audit, cross-session leaks, symptoms)
 //! - [`verdict`]: pure decision functions
 //! - [`report`]: JSON Lines records and the summary
+//! - [`spool`]: one input's records on their way out, put in report order
 //! - [`pipeline`]: the driver that runs the stages over many inputs in parallel
 //!
 //! [`record`] holds the small records and sink traits the stages hand each other;
@@ -33,6 +34,7 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod sessions;
+pub mod spool;
 pub mod sse;
 pub mod synth;
 pub mod tcp;

@@ -71,6 +71,11 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
 
+    /// Memory for the exchanges of sessions not yet audited, in MiB. Past it, the least
+    /// recently active sessions are audited early (counted in `sessions_retired_early`).
+    #[arg(long, value_name = "MIB", default_value_t = sessions::DEFAULT_SESSION_MEMORY >> 20)]
+    session_memory: usize,
+
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
     #[arg(short, long)]
     quiet: bool,
@@ -144,6 +149,9 @@ fn real_main() -> anyhow::Result<i32> {
         forensic: sessions::Options {
             id_pattern,
             views: cli.sessions,
+        },
+        retention: sessions::Retention {
+            memory_bytes: cli.session_memory.saturating_mul(1 << 20),
         },
         human,
         progress: progress_bar(&cli),

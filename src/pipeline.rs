@@ -28,8 +28,9 @@ use crate::har;
 use crate::http1::HttpConnection;
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::{self, InputProblem, Summary};
-use crate::session::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
+use crate::session::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
 use crate::sessions::{self, Finding, SessionView};
+use crate::spool::Spool;
 use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use crate::verdict::{LimitHit, Verdict};
 
@@ -45,6 +46,8 @@ pub struct Options {
     pub progress: Option<ProgressBar>,
     /// The session stage: `--id-pattern`, `--sessions`.
     pub forensic: sessions::Options,
+    /// When the session stage audits a session early: `--session-memory`.
+    pub retention: sessions::Retention,
     /// Where the account for a person goes.
     pub human: HumanReport,
 }
@@ -68,6 +71,7 @@ impl Default for Options {
             limits: Limits::default(),
             progress: None,
             forensic: sessions::Options::default(),
+            retention: sessions::Retention::default(),
             human: HumanReport::Off,
         }
     }
@@ -92,6 +96,7 @@ pub struct InputStats {
     /// Session facts dropped by per-stream caps, and exchanges left out of the session stage.
     pub facts_dropped: u64,
     pub exchanges_not_audited: u64,
+    pub sessions_retired_early: u64,
 }
 
 impl InputStats {
@@ -111,6 +116,7 @@ impl InputStats {
         }
         self.facts_dropped += other.facts_dropped;
         self.exchanges_not_audited += other.exchanges_not_audited;
+        self.sessions_retired_early += other.sessions_retired_early;
     }
 }
 
@@ -118,11 +124,13 @@ impl InputStats {
 #[derive(Debug, Default)]
 pub struct InputReport {
     pub input: String,
+    /// The records, in report order, when the caller collects them ([`analyze_reader`]).
     pub resumes: Vec<ResumeRecord>,
     /// Findings of the session stage tied to no resume, and the session views.
     pub findings: Vec<Finding>,
     pub views: Vec<SessionView>,
-    pub sessions: BTreeSet<String>,
+    /// Hashes of the session ids seen.
+    pub sessions: BTreeSet<u64>,
     pub stats: InputStats,
     /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
     pub messages: Vec<(bool, String)>,
@@ -140,19 +148,40 @@ impl InputReport {
         self.messages.push((true, text));
     }
 
+    /// The report with its records, put in report order.
+    fn with(mut self, mut c: sessions::Collected) -> Self {
+        c.sort();
+        self.resumes = c.resumes;
+        self.findings = c.findings;
+        self.views = c.views;
+        self
+    }
+
     pub fn failed(&self) -> bool {
         self.messages.iter().any(|(e, _)| *e)
     }
 }
 
-/// Analyzes one input named by path (`-` is standard input).
+/// Analyzes one input named by path (`-` is standard input), its records collected in the
+/// report, in report order.
 pub fn analyze_path(path: &Path, opts: &Options) -> InputReport {
+    let mut c = sessions::Collected::default();
+    let report = analyze_path_into(path, opts, &mut c);
+    report.with(c)
+}
+
+/// Analyzes one input named by path (`-` is standard input); its records go to `sink`.
+pub fn analyze_path_into(
+    path: &Path,
+    opts: &Options,
+    sink: &mut dyn sessions::Sink,
+) -> InputReport {
     let name = path.display().to_string();
     if name == "-" {
-        return analyze_reader(&name, std::io::stdin().lock(), opts);
+        return analyze_reader_into(&name, std::io::stdin().lock(), opts, sink);
     }
     match File::open(path) {
-        Ok(f) => analyze_reader(&name, f, opts),
+        Ok(f) => analyze_reader_into(&name, f, opts, sink),
         Err(e) => {
             let mut r = InputReport::new(&name);
             r.error(format!("{name}: cannot open: {e}"));
@@ -161,8 +190,22 @@ pub fn analyze_path(path: &Path, opts: &Options) -> InputReport {
     }
 }
 
-/// Analyzes one input from any reader; `name` is how messages and the report cite it.
-pub fn analyze_reader<R: Read>(name: &str, mut src: R, opts: &Options) -> InputReport {
+/// Analyzes one input from any reader, its records collected in the report, in report order;
+/// `name` is how messages and the report cite it.
+pub fn analyze_reader<R: Read>(name: &str, src: R, opts: &Options) -> InputReport {
+    let mut c = sessions::Collected::default();
+    let report = analyze_reader_into(name, src, opts, &mut c);
+    report.with(c)
+}
+
+/// Analyzes one input from any reader; its records go to `sink` as the session stage lets
+/// them go.
+pub fn analyze_reader_into<R: Read>(
+    name: &str,
+    mut src: R,
+    opts: &Options,
+    sink: &mut dyn sessions::Sink,
+) -> InputReport {
     let mut report = InputReport::new(name);
     let mut head = [0u8; 64];
     let mut got = 0;
@@ -181,22 +224,20 @@ pub fn analyze_reader<R: Read>(name: &str, mut src: R, opts: &Options) -> InputR
     let chained = prefix.chain(src);
     match capture::sniff(prefix) {
         Some(InputKind::Pcap | InputKind::PcapNg) => {
-            analyze_capture(name, chained, opts, &mut report)
+            analyze_capture(name, chained, opts, &mut report, sink)
         }
-        Some(InputKind::Json) => har::analyze_har(name, chained, opts, &mut report),
+        Some(InputKind::Json) => har::analyze_har(name, chained, opts, &mut report, sink),
         Some(InputKind::Zlib) => har::analyze_har(
             name,
             flate2::read::ZlibDecoder::new(chained),
             opts,
             &mut report,
+            sink,
         ),
         None => report.error(format!(
             "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
         )),
     }
-    report
-        .resumes
-        .sort_by_key(|r| (r.request.time_ns, r.request.frame, r.connection.tcp_stream));
     report
 }
 
@@ -482,9 +523,41 @@ impl FlowTable {
     }
 }
 
-/// Connections of one input whose exchanges feed the session stage (by `tcp.stream` index, so
-/// the choice does not depend on threads); later ones are still decided, and counted.
-pub const MAX_AUDITED_CONNECTIONS: u64 = 1 << 16;
+/// What a shard hands the session stage about one exchange.
+#[derive(Debug)]
+enum StageEvent {
+    /// Its request named session `0`.
+    Opened(String),
+    /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
+    /// the events queued between threads stay small.
+    Ended(Box<(Option<ExchangeSummary>, Option<ResumeRecord>)>),
+}
+
+/// A [`StageEvent`] with its place in the order the session stage takes them in: the frame
+/// whose processing produced it (`u64::MAX` at the end of the input), then connection,
+/// exchange, and opening before ending. The key depends on the capture only, never on
+/// which shard produced it.
+#[derive(Debug)]
+struct Keyed {
+    frame: u64,
+    stream: u64,
+    exchange: u32,
+    event: StageEvent,
+}
+
+impl Keyed {
+    fn key(&self) -> (u64, u64, u32, bool) {
+        (
+            self.frame,
+            self.stream,
+            self.exchange,
+            matches!(self.event, StageEvent::Ended(..)),
+        )
+    }
+}
+
+/// Frame key of the events made when the input is over.
+const END_OF_INPUT: u64 = u64::MAX;
 
 /// One followed connection.
 struct Conn {
@@ -536,9 +609,12 @@ struct Shard {
     /// Boxed: a connection's state is large, and the lookup on every packet should probe a
     /// table of small entries.
     conns: HashMap<u64, Box<Conn>, FoldHashKey>,
-    resumes: Vec<ResumeRecord>,
-    summaries: Vec<ExchangeSummary>,
-    sessions: BTreeSet<String>,
+    /// For the session stage, in the order they were made.
+    events: Vec<Keyed>,
+    /// The input is over: what connections give now is keyed [`END_OF_INPUT`].
+    finishing: bool,
+    /// Hashes of the session ids seen.
+    sessions: BTreeSet<u64>,
     stats: InputStats,
 }
 
@@ -547,8 +623,8 @@ impl Shard {
         Shard {
             limits: limits.clone(),
             conns: HashMap::with_hasher(FoldHashKey::new()),
-            resumes: Vec::new(),
-            summaries: Vec::new(),
+            events: Vec::new(),
+            finishing: false,
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
         }
@@ -560,12 +636,7 @@ impl Shard {
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 http: HttpConnection::new(&self.limits, from_start),
-                tracker: if stream < MAX_AUDITED_CONNECTIONS {
-                    ExchangeTracker::new(&self.limits)
-                } else {
-                    self.stats.exchanges_not_audited += 1;
-                    ExchangeTracker::new(&self.limits).without_summaries()
-                },
+                tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 ends: [None; 2],
                 gaps: [false; 2],
@@ -592,6 +663,9 @@ impl Shard {
             gaps: &mut c.gaps,
         };
         c.tcp.segment(m.dir, &seg, &mut bridge);
+        if c.tracker.has_news() {
+            drain(m.stream, c, m.mark.frame, &mut self.events);
+        }
         if c.tcp.is_closed() {
             self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
         } else if c.http.is_abandoned() {
@@ -614,17 +688,16 @@ impl Shard {
             gaps: &mut c.gaps,
         };
         c.tcp.finish(how, mark, &mut bridge);
-        let client_dir = c.http.client_direction();
-        let server_dir = client_dir.map(Direction::other);
+        let server_dir = c.http.client_direction().map(Direction::other);
         let server_end = server_dir.and_then(|d| c.ends[d.index()]);
         let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()]);
         c.tracker.finish(server_end, server_gaps, mark);
-        let (fwd, rev) = c.endpoints;
-        let (client, server) = match client_dir {
-            Some(Direction::Forward) => (Some(fwd), Some(rev)),
-            Some(Direction::Reverse) => (Some(rev), Some(fwd)),
-            None => (None, None),
+        let frame = if self.finishing {
+            END_OF_INPUT
+        } else {
+            mark.frame
         };
+        drain(stream, &mut c, frame, &mut self.events);
         let t = c.tcp.stats();
         self.stats.tcp_connections += 1;
         self.stats.tcp_gaps += t.gaps;
@@ -634,33 +707,11 @@ impl Shard {
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
-        // One by one: `append` would rebuild the whole set at every connection.
-        for id in std::mem::take(&mut c.tracker.session_ids) {
-            self.sessions.insert(id);
-        }
-        let at = ConnectionRef {
-            tcp_stream: Some(stream),
-            client,
-            server,
-            har_entry: None,
-        };
-        for mut r in c.tracker.resumes.drain(..) {
-            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
-            if t.overflows > 0
-                && r.decision.verdict == Verdict::CaptureIncomplete
-                && r.decision.reason != LimitHit::Connections.reason()
-            {
-                r.decision.blame_limit(LimitHit::OutOfOrder);
-            }
-            r.connection = at.clone();
-            self.resumes.push(r);
+        for id in &c.tracker.session_ids {
+            self.sessions.insert(fact_hash(&[id.as_bytes()]));
         }
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
-        for mut x in c.tracker.summaries.drain(..) {
-            x.connection = at.clone();
-            self.summaries.push(x);
-        }
     }
 
     fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
@@ -672,12 +723,81 @@ impl Shard {
     }
 
     fn finish(mut self, mark: Mark) -> Self {
+        self.finishing = true;
         let mut open: Vec<u64> = self.conns.keys().copied().collect();
         open.sort_unstable();
         for s in open {
             self.close(s, StreamEnd::CaptureEnd, mark);
         }
         self
+    }
+}
+
+/// Moves what a connection's exchanges gave since the last call into `events`: the sessions
+/// requests named, and each exchange that ended with its summary and resume, endpoints filled
+/// in. `frame` is their key.
+fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
+    for (exchange, sid) in c.tracker.opened.drain(..) {
+        events.push(Keyed {
+            frame,
+            stream,
+            exchange,
+            event: StageEvent::Opened(sid),
+        });
+    }
+    if c.tracker.summaries.is_empty() && c.tracker.resumes.is_empty() {
+        return;
+    }
+    let (fwd, rev) = c.endpoints;
+    let (client, server) = match c.http.client_direction() {
+        Some(Direction::Forward) => (Some(fwd), Some(rev)),
+        Some(Direction::Reverse) => (Some(rev), Some(fwd)),
+        None => (None, None),
+    };
+    let connection = ConnectionRef {
+        tcp_stream: Some(stream),
+        client,
+        server,
+        har_entry: None,
+    };
+    let overflowed = c.tcp.stats().overflows > 0;
+    let mut resumes: Vec<ResumeRecord> = c
+        .tracker
+        .resumes
+        .drain(..)
+        .map(|mut r| {
+            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
+            if overflowed
+                && r.decision.verdict == Verdict::CaptureIncomplete
+                && r.decision.reason != LimitHit::Connections.reason()
+            {
+                r.decision.blame_limit(LimitHit::OutOfOrder);
+            }
+            r.connection = connection.clone();
+            r
+        })
+        .collect();
+    for mut x in c.tracker.summaries.drain(..) {
+        x.connection = connection.clone();
+        let exchange = x.exchange;
+        let r = resumes
+            .iter()
+            .position(|r| r.exchange == exchange)
+            .map(|i| resumes.remove(i));
+        events.push(Keyed {
+            frame,
+            stream,
+            exchange,
+            event: StageEvent::Ended(Box::new((Some(x), r))),
+        });
+    }
+    for r in resumes {
+        events.push(Keyed {
+            frame,
+            stream,
+            exchange: r.exchange,
+            event: StageEvent::Ended(Box::new((None, Some(r)))),
+        });
     }
 }
 
@@ -702,20 +822,94 @@ trait Dispatch {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]);
     /// A message without payload (`Open`, `End`).
     fn control(&mut self, msg: ShardMsg);
+    /// Every message of frames up to `frame` has been given.
+    fn frame_done(&mut self, frame: u64);
 }
 
-impl Dispatch for Shard {
+/// Takes the shards' events for the session stage and gives them to it in key order: an
+/// event is let through once every shard has said it is past the event's frame.
+struct Merger<'s> {
+    stage: sessions::Stage,
+    sink: &'s mut dyn sessions::Sink,
+    pending: Vec<Keyed>,
+    /// Per shard, the last frame all of whose events it has handed over.
+    done: Vec<u64>,
+}
+
+impl<'s> Merger<'s> {
+    fn new(shards: usize, opts: &Options, sink: &'s mut dyn sessions::Sink) -> Self {
+        Merger {
+            stage: sessions::Stage::new(&opts.forensic, opts.retention),
+            sink,
+            pending: Vec::new(),
+            done: vec![0; shards],
+        }
+    }
+
+    fn take(&mut self, shard: usize, done: u64, events: &mut Vec<Keyed>) {
+        self.pending.append(events);
+        if let Some(d) = self.done.get_mut(shard) {
+            *d = (*d).max(done);
+        }
+    }
+
+    /// Gives the stage every event no shard can still precede.
+    fn release(&mut self) {
+        let upto = self.done.iter().copied().min().unwrap_or(END_OF_INPUT);
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending.sort_by_key(Keyed::key);
+        let n = self.pending.partition_point(|k| k.frame <= upto);
+        let rest = self.pending.split_off(n);
+        let ready = std::mem::replace(&mut self.pending, rest);
+        for k in ready {
+            let key = (k.stream, k.exchange);
+            match k.event {
+                StageEvent::Opened(sid) => self.stage.opened(&sid, key),
+                StageEvent::Ended(ended) => {
+                    let (x, r) = *ended;
+                    self.stage.exchange(Some(key), x, r, self.sink)
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> sessions::StageStats {
+        for d in &mut self.done {
+            *d = END_OF_INPUT;
+        }
+        self.release();
+        self.stage.finish(self.sink)
+    }
+}
+
+/// One shard on the reader's thread (`-j1`).
+struct Inline<'s> {
+    shard: Shard,
+    merger: Merger<'s>,
+}
+
+impl Dispatch for Inline<'_> {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
-        Shard::packet(self, &m, payload);
+        self.shard.packet(&m, payload);
     }
     fn control(&mut self, msg: ShardMsg) {
-        self.handle(msg, &[]);
+        self.shard.handle(msg, &[]);
+    }
+    fn frame_done(&mut self, frame: u64) {
+        if !self.shard.events.is_empty() {
+            self.merger.take(0, frame, &mut self.shard.events);
+            self.merger.release();
+        }
     }
 }
 
 struct Batch {
     msgs: Vec<ShardMsg>,
     bytes: Vec<u8>,
+    /// Every message of frames up to this one is in this batch or an earlier one.
+    done: u64,
 }
 
 impl Batch {
@@ -723,6 +917,7 @@ impl Batch {
         Batch {
             msgs: Vec::with_capacity(BATCH_MSGS),
             bytes: Vec::with_capacity(BATCH_BYTES + 2048),
+            done: 0,
         }
     }
 }
@@ -731,17 +926,27 @@ const BATCH_BYTES: usize = 256 << 10;
 const BATCH_MSGS: usize = 2048;
 /// Batches queued per worker before the reader waits.
 const BATCHES_QUEUED: usize = 4;
+/// Frames between two hand-overs to the session stage: every shard is sent what it has, so
+/// that a quiet shard does not hold the others' events back.
+const HAND_OVER_FRAMES: u64 = 1 << 14;
 
-struct Threaded {
+/// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
+type Handed = (usize, u64, Vec<Keyed>);
+
+struct Threaded<'s> {
     senders: Vec<mpsc::SyncSender<Batch>>,
     pending: Vec<Batch>,
     /// Batches the workers are done with, emptied, to be filled again: a fresh batch is large
     /// enough that the allocator maps and unmaps it each time, which costs more than the copy.
     /// At most `BATCHES_QUEUED + 2` batches per worker ever exist.
     spare: mpsc::Receiver<Batch>,
+    handed: mpsc::Receiver<Handed>,
+    merger: Merger<'s>,
+    /// The last frame whose messages are all given.
+    done: u64,
 }
 
-impl Threaded {
+impl Threaded<'_> {
     fn shard_of(&self, stream: u64) -> usize {
         (stream % self.senders.len() as u64) as usize
     }
@@ -763,17 +968,23 @@ impl Threaded {
     }
 
     fn flush(&mut self, shard: usize) {
-        if self.pending[shard].msgs.is_empty() {
-            return;
-        }
         let fresh = self.spare.try_recv().unwrap_or_else(|_| Batch::new());
-        let full = std::mem::replace(&mut self.pending[shard], fresh);
+        let mut full = std::mem::replace(&mut self.pending[shard], fresh);
+        full.done = self.done;
         // A closed channel means the worker is gone; its results are lost either way.
         let _ = self.senders[shard].send(full);
     }
+
+    /// Takes what the workers have given back so far.
+    fn collect(&mut self) {
+        while let Ok((shard, done, mut events)) = self.handed.try_recv() {
+            self.merger.take(shard, done, &mut events);
+        }
+        self.merger.release();
+    }
 }
 
-impl Dispatch for Threaded {
+impl Dispatch for Threaded<'_> {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
         let s = self.shard_of(m.stream);
         self.push(s, ShardMsg::Packet(m, 0, 0), payload);
@@ -785,6 +996,15 @@ impl Dispatch for Threaded {
         };
         let s = self.shard_of(stream);
         self.push(s, msg, &[]);
+    }
+    fn frame_done(&mut self, frame: u64) {
+        self.done = frame;
+        if frame.is_multiple_of(HAND_OVER_FRAMES) {
+            for s in 0..self.senders.len() {
+                self.flush(s);
+            }
+            self.collect();
+        }
     }
 }
 
@@ -847,6 +1067,7 @@ fn read_packets<R: Read, D: Dispatch>(
                 sink.control(e);
             }
         }
+        sink.frame_done(packet.frame);
     }
     if let Some(bar) = &opts.progress {
         bar.inc(reader.position().saturating_sub(progress_shown));
@@ -867,12 +1088,24 @@ fn read_packets<R: Read, D: Dispatch>(
     (last, table)
 }
 
-fn analyze_capture<R: Read>(name: &str, src: R, opts: &Options, report: &mut InputReport) {
-    let shards: Vec<Shard> = if opts.threads <= 1 {
-        let mut shard = Shard::new(&opts.limits);
-        let (last, table) = read_packets(name, src, opts, &mut shard, report);
+fn analyze_capture<R: Read>(
+    name: &str,
+    src: R,
+    opts: &Options,
+    report: &mut InputReport,
+    sink: &mut dyn sessions::Sink,
+) {
+    let (shards, stage) = if opts.threads <= 1 {
+        let mut inline = Inline {
+            shard: Shard::new(&opts.limits),
+            merger: Merger::new(1, opts, sink),
+        };
+        let (last, table) = read_packets(name, src, opts, &mut inline, report);
         report.stats.connections_evicted = table.evicted;
-        vec![shard.finish(last)]
+        let Inline { shard, mut merger } = inline;
+        let mut shard = shard.finish(last);
+        merger.take(0, END_OF_INPUT, &mut shard.events);
+        (vec![shard], merger.finish())
     } else {
         // The reader is a thread of its own and takes about half the work, so `threads`
         // counts it: one reader and one worker keep two cores busy without the reader waiting
@@ -882,67 +1115,93 @@ fn analyze_capture<R: Read>(name: &str, src: R, opts: &Options, report: &mut Inp
             let mut senders = Vec::with_capacity(n);
             let mut handles = Vec::with_capacity(n);
             let (spare_tx, spare) = mpsc::channel::<Batch>();
-            for _ in 0..n {
+            let (handed_tx, handed) = mpsc::channel::<Handed>();
+            for w in 0..n {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
                 let limits = opts.limits.clone();
                 let spare_tx = spare_tx.clone();
+                let handed_tx = handed_tx.clone();
                 handles.push(scope.spawn(move || {
                     let mut shard = Shard::new(&limits);
-                    let mut last = Mark::default();
                     for mut batch in rx {
                         for msg in &batch.msgs {
-                            if let ShardMsg::Packet(m, ..) = msg {
-                                last = m.mark;
-                            }
                             shard.handle(*msg, &batch.bytes);
                         }
+                        let done = batch.done;
                         batch.msgs.clear();
                         batch.bytes.clear();
                         // The reader may be done already; then the batch is simply freed.
                         let _ = spare_tx.send(batch);
+                        let _ = handed_tx.send((w, done, std::mem::take(&mut shard.events)));
                     }
-                    (shard, last)
+                    shard
                 }));
             }
             drop(spare_tx);
+            drop(handed_tx);
             let mut threaded = Threaded {
                 pending: (0..n).map(|_| Batch::new()).collect(),
                 senders,
                 spare,
+                handed,
+                merger: Merger::new(n, opts, sink),
+                done: 0,
             };
             let (last, table) = read_packets(name, src, opts, &mut threaded, report);
             report.stats.connections_evicted = table.evicted;
             for s in 0..n {
                 threaded.flush(s);
             }
-            drop(threaded);
-            handles
+            let Threaded {
+                senders,
+                handed,
+                mut merger,
+                ..
+            } = threaded;
+            drop(senders);
+            let shards: Vec<Shard> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+            while let Ok((w, done, mut events)) = handed.try_recv() {
+                merger.take(w, done, &mut events);
+            }
+            let shards: Vec<Shard> = shards
                 .into_iter()
-                .filter_map(|h| h.join().ok())
-                .map(|(shard, _)| shard.finish(last))
-                .collect()
+                .enumerate()
+                .map(|(w, shard)| {
+                    let mut shard = shard.finish(last);
+                    merger.take(w, END_OF_INPUT, &mut shard.events);
+                    shard
+                })
+                .collect();
+            (shards, merger.finish())
         })
     };
-    let mut summaries = Vec::new();
-    for mut shard in shards {
-        report.resumes.append(&mut shard.resumes);
-        summaries.append(&mut shard.summaries);
-        report.sessions.append(&mut shard.sessions);
+    for shard in shards {
+        report.sessions.extend(&shard.sessions);
         report.stats.absorb(&shard.stats);
     }
-    session_stage(report, summaries, opts);
+    report.stats.sessions_retired_early += stage.sessions_retired_early;
 }
 
-/// Runs the session stage over one input's exchanges (after every connection is done).
-pub fn session_stage(report: &mut InputReport, summaries: Vec<ExchangeSummary>, opts: &Options) {
-    report
-        .resumes
-        .sort_by_key(|r| (r.request.time_ns, r.request.frame, r.connection.tcp_stream));
-    let out = sessions::analyze(&mut report.resumes, summaries, &opts.forensic);
-    report.stats.exchanges_not_audited += out.exchanges_not_audited;
-    report.findings = out.findings;
-    report.views = out.views;
+/// Runs the session stage over an input held whole (a HAR file) and gives its results to
+/// `sink`: the resumes taken from `report`, and `summaries`.
+pub fn session_stage(
+    report: &mut InputReport,
+    summaries: Vec<ExchangeSummary>,
+    opts: &Options,
+    sink: &mut dyn sessions::Sink,
+) {
+    let resumes = std::mem::take(&mut report.resumes);
+    let (resumes, out) = sessions::analyze(resumes, summaries, &opts.forensic);
+    for r in resumes {
+        sink.resume(r);
+    }
+    for f in out.findings {
+        sink.finding(f);
+    }
+    for v in out.views {
+        sink.view(v);
+    }
 }
 
 /// The outcome of a whole run, for the exit status.
@@ -973,7 +1232,13 @@ pub fn run<W: Write, E: Write>(
     out: &mut W,
     err: &mut E,
 ) -> std::io::Result<RunOutcome> {
-    let reports: Vec<InputReport> = if inputs.len() > 1 && opts.threads > 1 {
+    let human = opts.human != HumanReport::Off;
+    let one = |p: &PathBuf, o: &Options| {
+        let mut spool = Spool::new(&p.display().to_string(), human);
+        let report = analyze_path_into(p, o, &mut spool);
+        (report, spool)
+    };
+    let mut reports: Vec<(InputReport, Spool)> = if inputs.len() > 1 && opts.threads > 1 {
         let per_input = Options {
             threads: 1,
             ..opts.clone()
@@ -982,20 +1247,14 @@ pub fn run<W: Write, E: Write>(
             .num_threads(opts.threads)
             .build()
             .map_err(std::io::Error::other)?;
-        pool.install(|| {
-            inputs
-                .par_iter()
-                .map(|p| analyze_path(p, &per_input))
-                .collect()
-        })
+        pool.install(|| inputs.par_iter().map(|p| one(p, &per_input)).collect())
     } else {
-        inputs.iter().map(|p| analyze_path(p, opts)).collect()
+        inputs.iter().map(|p| one(p, opts)).collect()
     };
     if let Some(bar) = &opts.progress {
         bar.finish_and_clear();
     }
     let mut summary = Summary::new();
-    let mut sessions = BTreeSet::new();
     let mut stats = InputStats::default();
     let mut outcome = RunOutcome {
         findings: false,
@@ -1007,7 +1266,10 @@ pub fn run<W: Write, E: Write>(
     } else {
         out
     };
-    for r in &reports {
+    for (r, spool) in &mut reports {
+        if let Some(e) = &spool.spill_error {
+            r.messages.push((false, format!("{}: {e}", r.input)));
+        }
         for (is_error, text) in &r.messages {
             writeln!(
                 err,
@@ -1026,30 +1288,13 @@ pub fn run<W: Write, E: Write>(
             summary.inputs_failed += 1;
             outcome.input_errors = true;
         }
-        for res in &r.resumes {
-            report::write_resume(json, &r.input, res)?;
-            summary.count_verdict(res.decision.verdict);
-            outcome.findings |= res.decision.verdict.is_finding();
-            for f in &res.forensic.findings {
-                summary.count_finding(f);
-                outcome.findings |= f.severity == sessions::Severity::Error;
-            }
-        }
-        for f in &r.findings {
-            report::write_finding(json, &r.input, f)?;
-            summary.count_finding(f);
-            outcome.findings |= f.severity == sessions::Severity::Error;
-        }
-        for v in &r.views {
-            report::write_session(json, &r.input, v)?;
-        }
+        spool.write_to(json)?;
+        summary.absorb_counts(&spool.summary);
+        outcome.findings |= spool.findings;
         // Sessions are named per input: the same id in two captures is counted once per input.
-        for s in &r.sessions {
-            sessions.insert((r.input.as_str(), s.as_str()));
-        }
+        summary.sessions += r.sessions.len() as u64;
         stats.absorb(&r.stats);
     }
-    summary.sessions = sessions.len() as u64;
     summary.packets = stats.packets;
     summary.tcp_connections = stats.tcp_connections;
     summary.http_exchanges = stats.http_exchanges;
@@ -1061,6 +1306,7 @@ pub fn run<W: Write, E: Write>(
     summary.out_of_order_overflows = stats.out_of_order_overflows;
     summary.facts_dropped = stats.facts_dropped;
     summary.exchanges_not_audited = stats.exchanges_not_audited;
+    summary.sessions_retired_early = stats.sessions_retired_early;
     summary.write(json)?;
     json.flush()?;
     let human: Option<&mut dyn Write> = match opts.human {
@@ -1069,8 +1315,10 @@ pub fn run<W: Write, E: Write>(
         HumanReport::Instead => Some(out),
     };
     if let Some(h) = human {
-        for r in &reports {
-            report::write_human_input(h, &r.input, &r.resumes, &r.findings)?;
+        for (r, spool) in &mut reports {
+            if let Some(notes) = spool.human.as_mut() {
+                report::write_human_input(h, &r.input, notes)?;
+            }
         }
         report::write_human_summary(h, &summary)?;
         h.flush()?;

@@ -9,7 +9,7 @@
 //! docs/findings.md).
 //! Invariants: no I/O here beyond the writer handed in; the same records give the same bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
 use serde::Serialize;
@@ -456,33 +456,71 @@ fn notable_resume(r: &ResumeRecord) -> bool {
             .any(|f| f.severity != Severity::Info)
 }
 
+/// What the account for a person needs of one input: the resumes and findings it tells of,
+/// and how many resumes each session had. Only what deserves attention is kept whole.
+#[derive(Debug, Default)]
+pub struct HumanNotes {
+    resumes: Vec<ResumeRecord>,
+    loose: Vec<Finding>,
+    /// Per session (by name hash; `None`: no session id): resumes, and whether any is told of.
+    sessions: HashMap<Option<u64>, (u64, bool)>,
+}
+
+fn session_key(sid: Option<&str>) -> Option<u64> {
+    sid.map(|s| crate::session::fact_hash(&[s.as_bytes()]))
+}
+
+impl HumanNotes {
+    pub fn resume(&mut self, r: ResumeRecord) {
+        let notable = notable_resume(&r);
+        let e = self
+            .sessions
+            .entry(session_key(r.session_id.as_deref()))
+            .or_default();
+        e.0 += 1;
+        e.1 |= notable;
+        if notable {
+            self.resumes.push(r);
+        }
+    }
+
+    pub fn finding(&mut self, f: Finding) {
+        self.sessions
+            .entry(session_key(f.session_id.as_deref()))
+            .or_default()
+            .1 = true;
+        self.loose.push(f);
+    }
+}
+
 /// Writes, for a person, what went wrong in one input: per session, each resume that is not
 /// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
 /// then findings tied to no resume. Sessions where all is well are only counted.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
-    resumes: &[ResumeRecord],
-    loose: &[Finding],
+    notes: &mut HumanNotes,
 ) -> std::io::Result<()> {
     type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
+    notes.resumes.sort_by_key(crate::sessions::resume_order);
+    crate::sessions::sort_findings(&mut notes.loose);
     let mut groups: BTreeMap<Option<&str>, Group<'_>> = BTreeMap::new();
-    for r in resumes {
+    for r in &notes.resumes {
         groups.entry(r.session_id.as_deref()).or_default().0.push(r);
     }
-    for f in loose {
+    for f in &notes.loose {
         groups.entry(f.session_id.as_deref()).or_default().1.push(f);
     }
     writeln!(out, "== {input} ==")?;
-    let mut quiet = 0;
+    let quiet = notes.sessions.values().filter(|(_, told)| !told).count();
     for (sid, (rs, fs)) in &groups {
-        if !rs.iter().any(|r| notable_resume(r)) && fs.is_empty() {
-            quiet += 1;
-            continue;
-        }
+        let total = notes
+            .sessions
+            .get(&session_key(*sid))
+            .map_or(rs.len() as u64, |e| e.0);
         match sid {
-            Some(sid) => writeln!(out, "session {sid}: {} resume(s)", rs.len())?,
-            None => writeln!(out, "no session id: {} resume(s)", rs.len())?,
+            Some(sid) => writeln!(out, "session {sid}: {total} resume(s)")?,
+            None => writeln!(out, "no session id: {total} resume(s)")?,
         }
         for r in rs.iter().filter(|r| notable_resume(r)) {
             let place = if r.connection.har_entry.is_some() {
@@ -548,7 +586,7 @@ pub fn write_human_input<W: Write + ?Sized>(
             "{quiet} other session(s): every resume correct, nothing to report"
         )?;
     }
-    if groups.is_empty() {
+    if notes.sessions.is_empty() {
         writeln!(out, "no resume and no finding")?;
     }
     Ok(())
@@ -628,8 +666,11 @@ pub struct Summary {
     pub findings: BTreeMap<&'static str, u64>,
     /// Session facts dropped by the per-stream caps (see docs/findings.md).
     pub facts_dropped: u64,
-    /// Exchanges left out of the session stage by its per-input caps.
+    /// Exchanges left out of the session stage by its caps.
     pub exchanges_not_audited: u64,
+    /// Sessions audited before they were over, to stay within `--session-memory` or the
+    /// exchanges one session may hold; their later exchanges were audited apart.
+    pub sessions_retired_early: u64,
     pub problems: Vec<InputProblem>,
 }
 
@@ -650,6 +691,17 @@ impl Summary {
 
     pub fn count_finding(&mut self, f: &Finding) {
         *self.findings.entry(f.kind.as_str()).or_insert(0) += 1;
+    }
+
+    /// Adds the verdict and finding counts of `other` (one input's) to these.
+    pub fn absorb_counts(&mut self, other: &Summary) {
+        self.resumes += other.resumes;
+        for (k, v) in &other.verdicts {
+            *self.verdicts.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in &other.findings {
+            *self.findings.entry(k).or_insert(0) += v;
+        }
     }
 
     pub fn count_verdict(&mut self, v: Verdict) {

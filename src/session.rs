@@ -514,6 +514,9 @@ pub struct ExchangeTracker {
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
     pub session_ids: BTreeSet<String>,
+    /// Exchanges whose request named a session (header or URL), as requests are seen: the
+    /// session stage knows from them which sessions are still active.
+    pub opened: Vec<(u32, String)>,
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
     pub exchanges: u64,
@@ -538,6 +541,7 @@ impl ExchangeTracker {
             resumes: Vec::new(),
             summaries: Vec::new(),
             session_ids: BTreeSet::new(),
+            opened: Vec::new(),
             anomalies: Vec::new(),
             exchanges: 0,
             facts_dropped: 0,
@@ -546,6 +550,12 @@ impl ExchangeTracker {
             evicted: false,
             head_too_large: None,
         }
+    }
+
+    /// Something for the session stage has come since it was last taken: a request naming a
+    /// session, a summary or a resume.
+    pub fn has_news(&self) -> bool {
+        !(self.opened.is_empty() && self.summaries.is_empty() && self.resumes.is_empty())
     }
 
     /// Stops gathering session facts for this connection (resumes are still decided): the
@@ -1440,6 +1450,14 @@ impl HttpSink for ExchangeTracker {
         self.exchanges += 1;
         self.note_session(&head.session_id);
         let n = head.exchange;
+        if self.keep_summaries
+            && let Some(sid) = head
+                .session_id
+                .clone()
+                .or_else(|| jsonrpc::session_from_url(head.target.as_bytes()))
+        {
+            self.opened.push((n, sid));
+        }
         self.entry(n).request = Some(head);
     }
 

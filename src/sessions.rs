@@ -1,14 +1,16 @@
 //! The session stage: what a whole session, and the other sessions of the capture, prove
 //! about each resume.
 //!
-//! Input: every [`ExchangeSummary`] of one input (from all connections and shards) and its
-//! decided [`ResumeRecord`]s.
+//! Input: the [`ExchangeSummary`]s of one input and their decided [`ResumeRecord`]s, exchange
+//! by exchange as they end, in an order that does not depend on threads ([`Stage`]).
 //! Output: each resume's [`Forensics`] (the id shape or other evidence that decided an
 //! opaque-id resume, the client cursor audit, findings with the frames that prove them),
 //! findings tied to no resume, and, on request, one [`SessionView`] per session.
 //! Invariants:
-//! - Summaries are put in capture order first (frame, then connection and exchange), so the
-//!   answer does not depend on how connections were spread over threads.
+//! - A session is audited at the end of the input, or early when the exchanges held exceed
+//!   [`Retention::memory_bytes`] (least recently active first, counted). Its
+//!   summaries are put in capture order first (frame, then connection and exchange), so the
+//!   answer does not depend on the order they arrived in.
 //! - The seed's verdict on integer ids is never changed. An `unverifiable` verdict on opaque
 //!   ids is decided only from evidence: a user pattern, a shape learned from at least two
 //!   consecutive ids with no contradiction in the session, a re-delivery of what the client
@@ -16,11 +18,13 @@
 //! - Priming events (no data) are never evidence of re-delivery: re-sending one delivers
 //!   nothing. Identical content counts only for events that cannot legitimately repeat
 //!   (responses, server requests, progress notifications).
-//! - Memory: the facts each summary carries are capped where they are gathered; this stage's
-//!   indexes hold one entry per kept fact.
+//! - Memory: the facts each summary carries are capped where they are gathered; the stage
+//!   holds the summaries of sessions not yet audited (bounded as above), and an index of
+//!   [`MAX_CROSS_IDS`] distinctive ids for the cross-session check.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -225,14 +229,12 @@ pub struct Outcome {
     /// Findings tied to no resume, in capture order.
     pub findings: Vec<Finding>,
     pub views: Vec<SessionView>,
-    /// Exchanges of sessions too large to audit (`MAX_AUDITED_EXCHANGES`).
-    pub exchanges_not_audited: u64,
 }
 
 /// Exchanges of one session audited against each other. Every audit of a resume looks at the
-/// session's other exchanges, so the work grows with the square of a session's size; a larger
-/// session (a client reconnecting without end, or a hostile capture) keeps the verdicts its
-/// resumes got from their own streams, and its exchanges are counted as not audited.
+/// session's other exchanges, so the work grows with the square of a session's size: a session
+/// that reaches this many exchanges (a client reconnecting without end, or a hostile capture)
+/// is audited then, and its later exchanges are audited apart from the earlier ones.
 pub const MAX_AUDITED_EXCHANGES: usize = 4096;
 
 type JoinKey = (Option<u64>, Option<u64>, u32, u64);
@@ -389,12 +391,450 @@ struct Link<'a> {
     fact: &'a IdFact,
 }
 
-/// Runs the stage over one input.
+/// The first delivery of a distinctive id, for the cross-session check.
+#[derive(Clone, Debug)]
+struct Delivery {
+    session: Arc<str>,
+    mark: Mark,
+    tcp_stream: Option<u64>,
+    har: bool,
+}
+
+/// First deliveries of distinctive ids over the whole input, bounded: when full, the oldest
+/// entry goes first, so a leak is seen while the leaked id is among the last
+/// [`MAX_CROSS_IDS`] distinctive ids delivered.
+#[derive(Debug, Default)]
+struct CrossIndex {
+    first: FactMap<Delivery>,
+    order: VecDeque<u64>,
+}
+
+/// Distinctive ids remembered for the cross-session check (about 64 bytes each).
+pub const MAX_CROSS_IDS: usize = 1 << 18;
+
+impl CrossIndex {
+    fn add(&mut self, x: &ExchangeSummary, session: &Arc<str>) {
+        let Some(s) = x.stream.as_deref() else {
+            return;
+        };
+        for f in s.id_facts.iter() {
+            // Integers and short ids can be shared by chance: they never prove a leak.
+            if f.priming || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY {
+                continue;
+            }
+            let d = Delivery {
+                session: session.clone(),
+                mark: f.mark,
+                tcp_stream: x.connection.tcp_stream,
+                har: x.connection.har_entry.is_some(),
+            };
+            match self.first.entry(f.hash) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if f.mark.frame < e.get().mark.frame {
+                        e.insert(d);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(d);
+                    self.order.push_back(f.hash);
+                    if self.order.len() > MAX_CROSS_IDS
+                        && let Some(old) = self.order.pop_front()
+                    {
+                        self.first.remove(&old);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the stage's results go, each once its session is audited.
+pub trait Sink {
+    /// A resume, with its forensics filled in.
+    fn resume(&mut self, r: ResumeRecord);
+    /// A finding tied to no resume.
+    fn finding(&mut self, f: Finding);
+    /// A session view (only with [`Options::views`]).
+    fn view(&mut self, v: SessionView);
+}
+
+/// When the stage audits a session before the input is over. There is no time after which a
+/// session is over: a client may resume hours later (after a laptop slept, say), and that is
+/// when a server is most likely to have lost the events; so sessions are audited early only
+/// when memory runs short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Bytes of exchange facts held for sessions not yet audited; past it, the least recently
+    /// active sessions without an open exchange are audited early.
+    pub memory_bytes: usize,
+}
+
+impl Retention {
+    /// Everything is held until the end of the input.
+    pub const UNBOUNDED: Retention = Retention {
+        memory_bytes: usize::MAX,
+    };
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            memory_bytes: DEFAULT_SESSION_MEMORY,
+        }
+    }
+}
+
+/// `--session-memory` by default: ten times what hundreds of sessions open at once hold.
+pub const DEFAULT_SESSION_MEMORY: usize = 32 << 20;
+
+/// A session whose exchanges are not yet audited.
+#[derive(Default)]
+struct Live {
+    name: Arc<str>,
+    xs: Vec<ExchangeSummary>,
+    resumes: Vec<ResumeRecord>,
+    /// Exchanges of the session begun and not yet over.
+    open: u32,
+    /// Its place among idle sessions (when `open` is 0).
+    idle_at: Option<u64>,
+    held: usize,
+}
+
+/// Counters of the stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageStats {
+    /// Sessions audited before they were over: the memory bound, or
+    /// [`MAX_AUDITED_EXCHANGES`]; their later exchanges are audited apart from the earlier.
+    pub sessions_retired_early: u64,
+}
+
+/// The session stage over one input, fed exchange by exchange in a deterministic order.
+/// Memory: the exchanges of sessions not yet audited (bounded by [`Retention`] and
+/// [`MAX_AUDITED_EXCHANGES`] per session), one entry per open exchange, and the cross-session
+/// index ([`MAX_CROSS_IDS`]).
+pub struct Stage {
+    opts: Options,
+    retention: Retention,
+    live: HashMap<Arc<str>, Live>,
+    /// Sessions without an open exchange, least recently active first (by the count of
+    /// events taken when they were last active).
+    idle: BTreeMap<u64, Arc<str>>,
+    /// Open exchanges by (connection, exchange), and their session.
+    open: HashMap<(u64, u32), Arc<str>>,
+    held: usize,
+    seq: u64,
+    cross: CrossIndex,
+    pub stats: StageStats,
+}
+
+impl Stage {
+    pub fn new(opts: &Options, retention: Retention) -> Self {
+        Stage {
+            opts: opts.clone(),
+            retention,
+            live: HashMap::new(),
+            idle: BTreeMap::new(),
+            open: HashMap::new(),
+            held: 0,
+            seq: 0,
+            cross: CrossIndex::default(),
+            stats: StageStats::default(),
+        }
+    }
+
+    fn session(&mut self, sid: &str) -> &mut Live {
+        if !self.live.contains_key(sid) {
+            let name: Arc<str> = Arc::from(sid);
+            self.live.insert(
+                name.clone(),
+                Live {
+                    name,
+                    ..Live::default()
+                },
+            );
+        }
+        self.live.get_mut(sid).expect("inserted above")
+    }
+
+    /// Moves a session to the end of the idle order (or out of it, while it has open
+    /// exchanges).
+    fn touch(&mut self, sid: &str) {
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(l) = self.live.get_mut(sid) else {
+            return;
+        };
+        if let Some(k) = l.idle_at.take() {
+            self.idle.remove(&k);
+        }
+        if l.open == 0 {
+            l.idle_at = Some(seq);
+            self.idle.insert(seq, l.name.clone());
+        }
+    }
+
+    /// An exchange of session `sid` has begun on connection `key` (its request is seen).
+    pub fn opened(&mut self, sid: &str, key: (u64, u32)) {
+        let l = self.session(sid);
+        l.open += 1;
+        let name = l.name.clone();
+        if let Some(before) = self.open.insert(key, name) {
+            self.closed(&before);
+        }
+        self.touch(sid);
+    }
+
+    fn closed(&mut self, sid: &str) {
+        if let Some(l) = self.live.get_mut(sid) {
+            l.open = l.open.saturating_sub(1);
+        }
+        self.touch(sid);
+    }
+
+    /// An exchange is over: its summary (when kept) and its resume (when it is one). `key`
+    /// names the exchange an earlier [`Stage::opened`] announced.
+    pub fn exchange<S: Sink + ?Sized>(
+        &mut self,
+        key: Option<(u64, u32)>,
+        summary: Option<ExchangeSummary>,
+        resume: Option<ResumeRecord>,
+        sink: &mut S,
+    ) {
+        if let Some(k) = key
+            && let Some(sid) = self.open.remove(&k)
+        {
+            self.closed(&sid);
+        }
+        match summary {
+            Some(x) if x.session_id.is_some() => {
+                let sid = x.session_id.clone().unwrap_or_default();
+                let bytes = held_bytes(&x, resume.as_ref());
+                let name = self.session(&sid).name.clone();
+                self.cross.add(&x, &name);
+                let l = self.session(&sid);
+                l.xs.push(x);
+                l.resumes.extend(resume);
+                l.held += bytes;
+                let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
+                self.held += bytes;
+                self.touch(&sid);
+                if full {
+                    self.stats.sessions_retired_early += 1;
+                    self.retire(&sid, sink);
+                }
+            }
+            // Nothing to audit it against: it stands on its own stream.
+            _ => {
+                if let Some(r) = resume {
+                    sink.resume(r);
+                }
+            }
+        }
+        self.enforce(sink);
+    }
+
+    /// While over the memory bound, audits the least recently active sessions.
+    fn enforce<S: Sink + ?Sized>(&mut self, sink: &mut S) {
+        while self.held > self.retention.memory_bytes
+            && let Some((_, sid)) = self.idle.first_key_value()
+        {
+            let sid = sid.clone();
+            self.stats.sessions_retired_early += 1;
+            self.retire(&sid, sink);
+        }
+    }
+
+    /// Audits what is held of one session and lets it go; a session with open exchanges stays
+    /// known, empty, so that their ends are counted.
+    fn retire<S: Sink + ?Sized>(&mut self, sid: &str, sink: &mut S) {
+        let Some(mut l) = self.live.remove(sid) else {
+            return;
+        };
+        if let Some(k) = l.idle_at.take() {
+            self.idle.remove(&k);
+        }
+        self.held = self.held.saturating_sub(l.held);
+        if l.open > 0 {
+            self.live.insert(
+                l.name.clone(),
+                Live {
+                    name: l.name.clone(),
+                    open: l.open,
+                    ..Live::default()
+                },
+            );
+        }
+        let (findings, view) = audit_session(
+            &l.name,
+            std::mem::take(&mut l.xs),
+            &mut l.resumes,
+            &self.cross,
+            &self.opts,
+        );
+        for r in l.resumes {
+            sink.resume(r);
+        }
+        for f in findings {
+            sink.finding(f);
+        }
+        if let Some(v) = view {
+            sink.view(v);
+        }
+    }
+
+    /// The input is over: every session still held is audited, in order of name.
+    pub fn finish<S: Sink + ?Sized>(mut self, sink: &mut S) -> StageStats {
+        let mut names: Vec<Arc<str>> = self.live.keys().cloned().collect();
+        names.sort();
+        for sid in names {
+            self.retire(&sid, sink);
+        }
+        self.stats
+    }
+}
+
+/// About what an exchange's summary and resume occupy while held.
+fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
+    use std::mem::size_of;
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+    let mut n = size_of::<ExchangeSummary>()
+        + text(&x.session_id)
+        + text(&x.method)
+        + text(&x.target)
+        + text(&x.last_event_id)
+        + text(&x.protocol_version);
+    if let Some(s) = x.stream.as_deref() {
+        n += size_of::<StreamSummary>()
+            + s.id_facts.iter().count() * size_of::<IdFact>()
+            + s.id_facts
+                .iter()
+                .map(|f| f.text.as_ref().map_or(0, |t| t.len()))
+                .sum::<usize>()
+            + s.content.iter().count() * size_of::<ContentFact>()
+            + s.progress.capacity() * (size_of::<crate::session::ProgressTrack>() + 32)
+            + s.list_changed.capacity() * (size_of::<crate::session::ListChangedFact>() + 48)
+            + s.shapes.capacity() * (size_of::<crate::session::ShapeTally>() + 32)
+            + s.keys.capacity() * size_of::<u64>()
+            + s.dup_ids.len() * (size_of::<crate::session::DupId>() + 32)
+            + s.retry.capacity() * size_of::<(u64, Mark)>()
+            + [&s.first_id, &s.last_id, &s.max_int_id]
+                .iter()
+                .map(|i| i.as_ref().map_or(0, |i| i.text.capacity()))
+                .sum::<usize>();
+    }
+    if let Some(r) = r {
+        n += size_of::<ResumeRecord>()
+            + r.last_event_id.capacity()
+            + r.method.capacity()
+            + r.target.capacity()
+            + text(&r.first_event_id)
+            + text(&r.session_id)
+            + text(&r.content_type);
+    }
+    n
+}
+
+/// Runs the stage over one input held whole (a HAR file, or a test): every exchange is
+/// known before any session is audited.
 pub fn analyze(
-    resumes: &mut [ResumeRecord],
-    mut xs: Vec<ExchangeSummary>,
+    resumes: Vec<ResumeRecord>,
+    xs: Vec<ExchangeSummary>,
     opts: &Options,
-) -> Outcome {
+) -> (Vec<ResumeRecord>, Outcome) {
+    let mut stage = Stage::new(opts, Retention::UNBOUNDED);
+    let mut sink = Collected::default();
+    let mut by_key: HashMap<JoinKey, ResumeRecord> = HashMap::new();
+    let mut loose = Vec::new();
+    for r in resumes {
+        let k = join_of_resume(&r);
+        if let Some(dup) = by_key.insert(k, r) {
+            loose.push(dup);
+        }
+    }
+    for x in xs {
+        let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
+        stage.exchange(None, Some(x), r, &mut sink);
+    }
+    let mut rest: Vec<ResumeRecord> = by_key.into_values().chain(loose).collect();
+    rest.sort_by_key(resume_order);
+    for r in rest {
+        sink.resume(r);
+    }
+    stage.finish(&mut sink);
+    sink.sort();
+    let out = Outcome {
+        findings: sink.findings,
+        views: sink.views,
+    };
+    (sink.resumes, out)
+}
+
+/// The stage's results gathered in memory.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub resumes: Vec<ResumeRecord>,
+    pub findings: Vec<Finding>,
+    pub views: Vec<SessionView>,
+}
+
+impl Collected {
+    /// Puts each kind of record in report order.
+    pub fn sort(&mut self) {
+        self.resumes.sort_by_key(resume_order);
+        sort_findings(&mut self.findings);
+        sort_views(&mut self.views);
+    }
+}
+
+impl Sink for Collected {
+    fn resume(&mut self, r: ResumeRecord) {
+        self.resumes.push(r);
+    }
+    fn finding(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+    fn view(&mut self, v: SessionView) {
+        self.views.push(v);
+    }
+}
+
+/// Report order of resumes: request time, frame, connection, exchange.
+pub fn resume_order(r: &ResumeRecord) -> (i64, u64, Option<u64>, u32) {
+    (
+        r.request.time_ns,
+        r.request.frame,
+        r.connection.tcp_stream,
+        r.exchange,
+    )
+}
+
+/// Report order of findings tied to no resume: by their first frame.
+pub fn sort_findings(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| finding_order(a).cmp(&finding_order(b)));
+}
+
+pub fn finding_order(f: &Finding) -> (Option<u64>, FindingKind, Option<&str>) {
+    (
+        f.cites.first().map(|c| c.mark.frame),
+        f.kind,
+        f.session_id.as_deref(),
+    )
+}
+
+/// Report order of session views: by where they begin.
+pub fn sort_views(views: &mut [SessionView]) {
+    views.sort_by(|a, b| (a.first.frame, &a.session_id).cmp(&(b.first.frame, &b.session_id)));
+}
+
+/// Audits one session's exchanges against each other: fills in its resumes' forensics, and
+/// gives its findings tied to no resume and, on request, its view.
+fn audit_session(
+    sid: &str,
+    mut xs: Vec<ExchangeSummary>,
+    resumes: &mut [ResumeRecord],
+    cross: &CrossIndex,
+    opts: &Options,
+) -> (Vec<Finding>, Option<SessionView>) {
     xs.sort_by_key(|x| {
         let m = x.start();
         (
@@ -405,84 +845,39 @@ pub fn analyze(
             x.exchange,
         )
     });
+    resumes.sort_by_key(resume_order);
     let resume_of: HashMap<JoinKey, usize> = resumes
         .iter()
         .enumerate()
         .map(|(i, r)| (join_of_resume(r), i))
         .collect();
-    let mut sessions: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, x) in xs.iter().enumerate() {
-        if let Some(sid) = x.session_id.as_deref() {
-            sessions.entry(sid).or_default().push(i);
-        }
-    }
-    // The first delivery of every kept id in the whole input, for cross-session checks.
-    let mut first_delivery: FactMap<At<'_, IdFact>> = FactMap::default();
-    for (i, x) in xs.iter().enumerate() {
-        let Some(s) = x.stream.as_deref() else {
+    let members: Vec<usize> = (0..xs.len()).collect();
+    let ix = SessionIndex::build(&xs, &members);
+    let mut session_findings = Vec::new();
+    for &xi in &members {
+        let Some(key) = join_of_summary(&xs[xi]) else {
             continue;
         };
-        for f in s.id_facts.iter().filter(|f| !f.priming) {
-            first_delivery
-                .entry(f.hash)
-                .and_modify(|cur| {
-                    if f.mark.frame < cur.1.mark.frame {
-                        *cur = (i, f);
-                    }
-                })
-                .or_insert((i, f));
-        }
-    }
-    let mut out = Outcome::default();
-    for (sid, members) in &sessions {
-        if members.len() > MAX_AUDITED_EXCHANGES {
-            out.exchanges_not_audited += members.len() as u64;
+        if xs[xi].last_event_id.is_none() {
             continue;
         }
-        let ix = SessionIndex::build(&xs, members);
-        let mut session_findings = Vec::new();
-        for &xi in members.iter() {
-            let Some(key) = join_of_summary(&xs[xi]) else {
-                continue;
-            };
-            if xs[xi].last_event_id.is_none() {
-                continue;
-            }
-            let Some(&ri) = resume_of.get(&key) else {
-                continue;
-            };
-            let Some(r) = resumes.get_mut(ri) else {
-                continue;
-            };
-            audit_resume(&xs, &ix, &first_delivery, opts, xi, r);
-            session_findings.extend(r.forensic.findings.iter().cloned());
-        }
-        let mut loose = Vec::new();
-        cursor_lost(&xs, &ix, &mut loose);
-        loose_duplicate_responses(&xs, &ix, &mut loose);
-        session_findings.extend(loose.iter().cloned());
-        out.findings.append(&mut loose);
-        if opts.views {
-            out.views.push(view(
-                sid,
-                &xs,
-                members,
-                resumes,
-                &resume_of,
-                session_findings,
-            ));
-        }
+        let Some(&ri) = resume_of.get(&key) else {
+            continue;
+        };
+        let Some(r) = resumes.get_mut(ri) else {
+            continue;
+        };
+        audit_resume(&xs, &ix, cross, opts, xi, r);
+        session_findings.extend(r.forensic.findings.iter().cloned());
     }
-    out.findings.sort_by_key(|f| {
-        (
-            f.cites.first().map(|c| c.mark.frame),
-            f.kind,
-            f.session_id.clone(),
-        )
-    });
-    out.views
-        .sort_by(|a, b| (a.first.frame, &a.session_id).cmp(&(b.first.frame, &b.session_id)));
-    out
+    let mut loose = Vec::new();
+    cursor_lost(&xs, &ix, &mut loose);
+    loose_duplicate_responses(&xs, &ix, &mut loose);
+    session_findings.extend(loose.iter().cloned());
+    let view = opts
+        .views
+        .then(|| view(sid, &xs, &members, resumes, &resume_of, session_findings));
+    (loose, view)
 }
 
 fn decide_by_counter(last: &str, first: &str) -> Decision {
@@ -642,7 +1037,7 @@ struct Redelivery<'a, F> {
 fn audit_resume<'a>(
     xs: &'a [ExchangeSummary],
     ix: &SessionIndex<'a>,
-    first_delivery: &FactMap<At<'a, IdFact>>,
+    cross: &'a CrossIndex,
     opts: &Options,
     xi: usize,
     r: &mut ResumeRecord,
@@ -954,7 +1349,7 @@ fn audit_resume<'a>(
             ],
         ));
     }
-    if let Some(mut leak) = cross_session(xs, ix, first_delivery, xi, &resumed_ids, req.frame) {
+    if let Some(mut leak) = cross_session(xs, ix, cross, xi, &resumed_ids, req.frame) {
         leak.resume = Some(at_resume.clone());
         findings.push(leak);
     }
@@ -1110,7 +1505,7 @@ fn audit_cursor(
 fn cross_session<'a>(
     xs: &'a [ExchangeSummary],
     ix: &SessionIndex<'a>,
-    first_delivery: &FactMap<At<'a, IdFact>>,
+    cross: &'a CrossIndex,
     xi: usize,
     resumed_ids: &[&'a IdFact],
     before: u64,
@@ -1133,18 +1528,16 @@ fn cross_session<'a>(
     if !own_ids {
         return None;
     }
-    let mut first: Option<(At<'a, IdFact>, &IdFact)> = None;
+    let mut first: Option<(&Delivery, &IdFact)> = None;
     let mut count = 0u64;
     for &f in resumed_ids {
-        let Some(&(a, fa)) = first_delivery.get(&f.hash) else {
+        let Some(d) = cross.first.get(&f.hash) else {
             continue;
         };
-        let Some(other) = xs[a].session_id.as_deref() else {
-            continue;
-        };
+        let other: &str = &d.session;
         let text = f.text.as_deref().unwrap_or("");
         if other == own
-            || fa.mark.frame >= f.mark.frame
+            || d.mark.frame >= f.mark.frame
             || crate::session::is_integer_id(text)
             || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
             || own_keys.contains(&f.key)
@@ -1153,11 +1546,11 @@ fn cross_session<'a>(
         }
         count += 1;
         if first.is_none() {
-            first = Some(((a, fa), f));
+            first = Some((d, f));
         }
     }
-    let ((a, fa), f) = first?;
-    let other = xs[a].session_id.clone();
+    let (d, f) = first?;
+    let other = d.session.to_string();
     let text = f.text.as_deref().unwrap_or("?").to_string();
     Some(Finding {
         kind: FindingKind::CrossSessionLeak,
@@ -1165,18 +1558,19 @@ fn cross_session<'a>(
         session_id: x.session_id.clone(),
         detail: format!(
             "the resumed stream of session {own} delivered {count} id(s) first delivered to \
-             session {}: {text} went to that session at frame {} and to this one at frame {}",
-            other.as_deref().unwrap_or("?"),
-            fa.mark.frame,
-            f.mark.frame
+             session {other}: {text} went to that session at frame {} and to this one at frame {}",
+            d.mark.frame, f.mark.frame
         ),
         id: Some(text),
-        other_session_id: other.clone(),
+        other_session_id: Some(other.clone()),
         resume: None,
         cites: vec![
             Cite {
-                session_id: other.clone(),
-                ..cite(&xs[a], "other_session_delivery", fa.mark)
+                role: "other_session_delivery",
+                mark: d.mark,
+                tcp_stream: d.tcp_stream,
+                har: d.har,
+                session_id: Some(other),
             },
             cite(x, "delivered_again", f.mark),
         ],
@@ -1554,7 +1948,7 @@ mod tests {
     use crate::session::{ConnectionRef, ExchangeTracker};
 
     /// A capture built exchange by exchange: each on its own connection, frames in order.
-    #[derive(Default)]
+    #[derive(Clone, Default)]
     struct Cap {
         frame: u64,
         conn: u64,
@@ -1630,9 +2024,8 @@ mod tests {
             request
         }
 
-        fn run(mut self, opts: &Options) -> (Vec<ResumeRecord>, Outcome) {
-            let out = analyze(&mut self.resumes, self.xs, opts);
-            (self.resumes, out)
+        fn run(self, opts: &Options) -> (Vec<ResumeRecord>, Outcome) {
+            analyze(self.resumes, self.xs, opts)
         }
     }
 
@@ -1777,14 +2170,13 @@ mod tests {
             &[("p_1", MSG), ("p_2", MSG), ("p_3", MSG)],
         );
         c.ex("GET", "t", Some("zz"), 404, &[]);
-        let (mut resumes, xs) = (c.resumes.clone(), c.xs.clone());
-        let first = analyze(&mut resumes, xs.clone(), &Options::default());
+        let (resumes, xs) = (c.resumes.clone(), c.xs.clone());
+        let (resumes, first) = analyze(resumes, xs.clone(), &Options::default());
         let mut rev = xs;
         rev.reverse();
         let mut resumes2 = c.resumes.clone();
         resumes2.reverse();
-        let second = analyze(&mut resumes2, rev, &Options::default());
-        resumes2.reverse();
+        let (resumes2, second) = analyze(resumes2, rev, &Options::default());
         assert_eq!(resumes, resumes2);
         assert_eq!(first.findings, second.findings);
         assert_eq!(resumes[0].decision.verdict, Verdict::Replayed);
@@ -1814,6 +2206,87 @@ mod tests {
         assert_eq!(out.findings.len(), 1);
         assert_eq!(out.findings[0].kind, FindingKind::CursorLost);
         assert_eq!(out.findings[0].cites[0].mark.frame, again);
+    }
+
+    /// Feeds a stage one exchange at a time, as the driver does, and records what comes out.
+    fn stream_through(
+        c: Cap,
+        retention: Retention,
+        open: &[(usize, &str)],
+    ) -> (Vec<String>, StageStats) {
+        #[derive(Default)]
+        struct Order(Vec<String>);
+        impl Sink for Order {
+            fn resume(&mut self, r: ResumeRecord) {
+                let cursor = r.forensic.cursor.map(|c| c.status);
+                self.0.push(format!(
+                    "{}@{}:{cursor:?}",
+                    r.session_id.unwrap_or_default(),
+                    r.request.frame,
+                ));
+            }
+            fn finding(&mut self, _: Finding) {}
+            fn view(&mut self, _: SessionView) {}
+        }
+        let mut stage = Stage::new(&Options::default(), retention);
+        let mut sink = Order::default();
+        let mut resumes = c.resumes;
+        for (i, x) in c.xs.into_iter().enumerate() {
+            let key = (x.connection.tcp_stream.unwrap_or(0), x.exchange);
+            for (at, sid) in open {
+                if *at == i {
+                    stage.opened(sid, (1000 + i as u64, 0));
+                }
+            }
+            let r = resumes
+                .iter()
+                .position(|r| join_of_resume(r) == join_of_summary(&x).unwrap())
+                .map(|p| resumes.remove(p));
+            stage.exchange(Some(key), Some(x), r, &mut sink);
+            sink.0.push(format!("after {i}"));
+        }
+        let stats = stage.finish(&mut sink);
+        (sink.0, stats)
+    }
+
+    #[test]
+    fn memory_short_audits_idle_sessions_first_and_never_one_with_an_open_exchange() {
+        let mut c = Cap::default();
+        c.ex("GET", "a", None, 200, &[("1", MSG), ("2", MSG)]);
+        c.ex("GET", "b", None, 200, &[("1", MSG)]);
+        c.ex("GET", "a", Some("2"), 200, &[("3", MSG)]);
+        c.ex("GET", "b", Some("1"), 200, &[("1", MSG)]);
+        let unbounded = stream_through(c.clone(), Retention::UNBOUNDED, &[]);
+        assert_eq!(unbounded.1.sessions_retired_early, 0);
+        // Nothing comes out before the end; both cursors are found on the earlier streams.
+        assert_eq!(
+            unbounded.0,
+            [
+                "after 0",
+                "after 1",
+                "after 2",
+                "after 3",
+                "a@10:Some(Consistent)",
+                "b@14:Some(Consistent)"
+            ]
+        );
+        // With no memory to spare, a session is audited as soon as it has nothing open: a's
+        // first stream is gone when its resume comes. Session b has an exchange open
+        // (announced before exchange 1) until the end, so it is audited whole.
+        let tight = Retention { memory_bytes: 0 };
+        let (order, stats) = stream_through(c, tight, &[(1, "b")]);
+        assert_eq!(
+            order,
+            [
+                "after 0",
+                "after 1",
+                "a@10:Some(NotSeen)",
+                "after 2",
+                "after 3",
+                "b@14:Some(Consistent)"
+            ]
+        );
+        assert_eq!(stats.sessions_retired_early, 2);
     }
 
     #[test]

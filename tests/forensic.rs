@@ -318,6 +318,38 @@ fn session_report_is_byte_identical_for_any_thread_count() {
     }
 }
 
+/// With no memory for the session stage, sessions are audited as soon as nothing of theirs is
+/// open: the answer changes (less is known), but never with the thread count, and the
+/// summary says how many sessions were audited early.
+#[test]
+fn sessions_audited_early_give_the_same_report_for_any_thread_count() {
+    let caps: Vec<String> = fixtures()
+        .iter()
+        .map(|(c, _)| c.display().to_string())
+        .collect();
+    let mut first: Option<Vec<u8>> = None;
+    for j in ["-j1", "-j2", "-j3"] {
+        let mut args = vec![j, "--sessions", "--session-memory", "0"];
+        args.extend(caps.iter().map(String::as_str));
+        let out = Command::new(bin()).args(&args).output().unwrap().stdout;
+        match &first {
+            None => first = Some(out),
+            Some(f) => assert!(f == &out, "{j} differs"),
+        }
+    }
+    let out = String::from_utf8(first.unwrap()).unwrap();
+    let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert!(summary["sessions_retired_early"].as_u64().unwrap() > 0);
+    let mut args = vec!["-j1", "--sessions"];
+    args.extend(caps.iter().map(String::as_str));
+    let roomy = Command::new(bin()).args(&args).output().unwrap().stdout;
+    let roomy: Value =
+        serde_json::from_str(String::from_utf8(roomy).unwrap().lines().last().unwrap()).unwrap();
+    assert_eq!(roomy["sessions_retired_early"], 0);
+    // What the stage adds is lost; the verdicts on integer ids are the streams' own.
+    assert_eq!(roomy["resumes"], summary["resumes"]);
+}
+
 #[test]
 fn text_account_names_what_went_wrong_and_where() {
     let cap = fixture_dir().join("cross-session-leak.pcap");
