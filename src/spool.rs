@@ -20,7 +20,7 @@ use crate::session::ResumeRecord;
 use crate::sessions::{self, Finding, SessionView, Severity};
 
 /// Bytes of lines kept in memory before the spool moves them to a temporary file.
-pub const SPOOL_MEMORY: usize = 8 << 20;
+pub const SPOOL_MEMORY: usize = 1 << 20;
 
 /// Where a line sorts among the lines of its section.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
