@@ -8,7 +8,8 @@
 //!   numbers them, by the single reader of a capture; shards only ever see whole connections,
 //!   so the report is the same for any thread count.
 //! - The reader's flow table is bounded by `Limits::max_connections` (least recently active
-//!   evicted first); closed connections leave it after a quiet minute of capture time.
+//!   evicted first); connections closed by either side leave it after a quiet minute of
+//!   capture time.
 //! - Payload bytes are copied at most once (into a batch for a worker thread), never kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -498,8 +499,18 @@ impl FlowTable {
     /// Keeps the table within bounds; returns the connections to end.
     fn sweep(&mut self, now: Mark, ends: &mut Vec<ShardMsg>) {
         let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
-        self.flows
-            .retain(|_, f| !(f.closed() && f.last_seen_ns < cutoff));
+        self.flows.retain(|_, f| {
+            if f.last_seen_ns >= cutoff || !(f.closed() || f.fin[0] || f.fin[1]) {
+                return true;
+            }
+            // Closed by one side only and quiet since: the other side will not close it in
+            // the capture (a client that never answers the server's FIN, say). What it sent
+            // is all there is; it ends as at the end of the capture.
+            if !f.closed() {
+                ends.push(ShardMsg::End(f.stream, StreamEnd::CaptureEnd, now));
+            }
+            false
+        });
         if self.flows.len() <= self.max_connections {
             return;
         }
@@ -1358,6 +1369,58 @@ mod tests {
             )
             .0
         );
+    }
+
+    #[test]
+    fn connections_closed_by_one_side_end_after_a_quiet_minute() {
+        let mut table = FlowTable {
+            flows: HashMap::with_hasher(FoldHashKey::new()),
+            next_stream: 0,
+            max_connections: 100,
+            evicted: 0,
+        };
+        let flow = |stream, fin: [bool; 2], rst, seen_ns| Flow {
+            stream,
+            forward_is_lo: true,
+            fin,
+            rst,
+            syn_seq: None,
+            last_seen_ns: seen_ns,
+            last_seen_packet: 0,
+        };
+        let key = |port| {
+            flow_key(
+                &ep(Ipv4Addr::new(10, 0, 0, 2), port),
+                &ep(Ipv4Addr::new(10, 0, 0, 1), 80),
+            )
+            .0
+        };
+        let minute = QUIET_CLOSED_NS;
+        table.flows.insert(key(1), flow(1, [false, true], false, 0));
+        table.flows.insert(key(2), flow(2, [true, true], false, 0));
+        table
+            .flows
+            .insert(key(3), flow(3, [false, false], false, 0));
+        table
+            .flows
+            .insert(key(4), flow(4, [true, false], false, minute));
+        table.flows.insert(key(5), flow(5, [false, false], true, 0));
+        let mut ends = Vec::new();
+        table.sweep(Mark::new(9, minute + 1), &mut ends);
+        // Half-closed and quiet: ended. Closed: gone (the shard ended it already). Open, or
+        // half-closed but heard from within the minute: kept.
+        let ended: Vec<u64> = ends
+            .iter()
+            .map(|e| match e {
+                ShardMsg::End(s, StreamEnd::CaptureEnd, _) => *s,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ended, [1]);
+        let mut left: Vec<u64> = table.flows.values().map(|f| f.stream).collect();
+        left.sort_unstable();
+        assert_eq!(left, [3, 4]);
+        assert_eq!(table.evicted, 0);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! opaque-id resume, the client cursor audit, findings with the frames that prove them),
 //! findings tied to no resume, and, on request, one [`SessionView`] per session.
 //! Invariants:
-//! - A session is audited at the end of the input, or early when the exchanges held exceed
+//! - A session is audited when the client has ended it (`DELETE` answered 2xx) and nothing of
+//!   it is open, at the end of the input, or early when the exchanges held exceed
 //!   [`Retention::memory_bytes`] (least recently active first, counted). Its
 //!   summaries are put in capture order first (frame, then connection and exchange), so the
 //!   answer does not depend on the order they arrived in.
@@ -495,6 +496,9 @@ struct Live {
     resumes: Vec<ResumeRecord>,
     /// Exchanges of the session begun and not yet over.
     open: u32,
+    /// The client ended the session (`DELETE` answered 2xx): it is audited as soon as nothing
+    /// of it is open.
+    terminated: bool,
     /// Its place among idle sessions (when `open` is 0).
     idle_at: Option<u64>,
     held: usize,
@@ -600,11 +604,14 @@ impl Stage {
         resume: Option<ResumeRecord>,
         sink: &mut S,
     ) {
+        let mut ended_in = None;
         if let Some(k) = key
             && let Some(sid) = self.open.remove(&k)
         {
             self.closed(&sid);
+            ended_in = Some(sid);
         }
+        let sid = summary.as_ref().and_then(|x| x.session_id.clone());
         match summary {
             Some(x) if x.session_id.is_some() => {
                 let sid = x.session_id.clone().unwrap_or_default();
@@ -612,6 +619,8 @@ impl Stage {
                 let name = self.session(&sid).name.clone();
                 self.cross.add(&x, &name);
                 let l = self.session(&sid);
+                l.terminated |= x.method.as_deref() == Some("DELETE")
+                    && x.status.is_some_and(|s| (200..300).contains(&s));
                 l.xs.push(x);
                 l.resumes.extend(resume);
                 l.held += bytes;
@@ -628,6 +637,15 @@ impl Stage {
                 if let Some(r) = resume {
                     sink.resume(r);
                 }
+            }
+        }
+        for s in [ended_in.as_deref(), sid.as_deref()].into_iter().flatten() {
+            if self
+                .live
+                .get(s)
+                .is_some_and(|l| l.terminated && l.open == 0)
+            {
+                self.retire(s, sink);
             }
         }
         self.enforce(sink);
@@ -2287,6 +2305,30 @@ mod tests {
             ]
         );
         assert_eq!(stats.sessions_retired_early, 2);
+    }
+
+    #[test]
+    fn a_session_the_client_ended_is_audited_at_once_and_not_counted_early() {
+        let mut c = Cap::default();
+        c.ex("GET", "a", None, 200, &[("1", MSG), ("2", MSG)]);
+        c.ex("GET", "a", Some("2"), 200, &[("3", MSG)]);
+        c.ex("DELETE", "a", None, 200, &[]);
+        c.ex("GET", "b", None, 200, &[("1", MSG)]);
+        c.ex("DELETE", "b", None, 405, &[]);
+        let (order, stats) = stream_through(c, Retention::UNBOUNDED, &[]);
+        // a goes when its DELETE is answered; b's DELETE was refused, so b is still on.
+        assert_eq!(
+            order,
+            [
+                "after 0",
+                "after 1",
+                "a@6:Some(Consistent)",
+                "after 2",
+                "after 3",
+                "after 4"
+            ]
+        );
+        assert_eq!(stats.sessions_retired_early, 0);
     }
 
     #[test]

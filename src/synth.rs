@@ -1648,6 +1648,8 @@ pub enum ExchangeKind {
     /// `notifications/initialized` POST answered by `202 Accepted`.
     InitializedNotification,
     Resume(Resume),
+    /// `DELETE` of the session, as a client ends it, answered `200 OK`.
+    Terminate,
 }
 
 /// One request and its response, on connection `conn` of the session.
@@ -1983,6 +1985,19 @@ impl SessionScript<'_> {
         self.send(conn, Side::Server, h.finish(), Fate::Deliver);
     }
 
+    fn terminate(&mut self, conn: usize) {
+        let mut h = self.request_head("DELETE");
+        if let Some(sid) = &self.spec.session_id {
+            h.header("Mcp-Session-Id", sid);
+        }
+        h.header("MCP-Protocol-Version", PROTOCOL_VERSION);
+        self.send(conn, Side::Client, h.finish(), Fate::Deliver);
+        self.steps.push(Step::Pause(SERVER_THINK_NS));
+        let mut h = Head::new("HTTP/1.1 200 OK", self.spec.header_case);
+        h.header("Content-Length", "0");
+        self.send(conn, Side::Server, h.finish(), Fate::Deliver);
+    }
+
     /// Returns whether the connection is still usable afterwards.
     fn resume(&mut self, conn: usize, r: &Resume, resume_index: usize) -> bool {
         let mut h = self.request_head("GET");
@@ -2181,6 +2196,10 @@ impl Scenario {
                 }
                 ExchangeKind::InitializedNotification => {
                     script.notification(conn);
+                    true
+                }
+                ExchangeKind::Terminate => {
+                    script.terminate(conn);
                     true
                 }
                 ExchangeKind::Resume(r) => {

@@ -7,7 +7,8 @@
 //! `notifications/progress` events (150–400 bytes each). Most resumes are correct; every other
 //! verdict is sprinkled in (skipped and replayed ids, refusals, empty streams, opaque ids, a
 //! first event missing from the capture, a capture ending before the answer), with a few
-//! retransmitted, reordered or gzip-encoded streams. Batches follow each other on one capture,
+//! retransmitted, reordered or gzip-encoded streams. Most sessions end with a `DELETE` on the
+//! connection that initialized them. Batches follow each other on one capture,
 //! so frame numbers, `tcp.stream` indices and time run on; every connection has its own
 //! 4-tuple.
 //!
@@ -210,6 +211,7 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
     // The id of the last event the client saw.
     let mut last_seen: u64 = 1;
     let mut events_total = 0;
+    let mut ended_waiting = false;
     for k in 1..=resumes {
         let kind = pick_kind(rng);
         let n = rng.range(mean_events / 4, mean_events * 7 / 4).max(1);
@@ -295,6 +297,12 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
             spec.connections[k].close = ConnClose::LeaveOpen;
         }
         spec = spec.exchange(k, ExchangeKind::Resume(resume));
+        ended_waiting = kind == Kind::CaptureEnds;
+    }
+    // Most clients end the session when they are done (the Python SDK does by default), on
+    // the connection they opened it on; a client still waiting for an answer does not.
+    if !ended_waiting && rng.percent(90) {
+        spec = spec.exchange(0, ExchangeKind::Terminate);
     }
     (spec, events_total)
 }
