@@ -287,29 +287,50 @@ fn every_finding_cites_frames_of_the_capture() {
     }
 }
 
-#[test]
-fn session_report_is_byte_identical_for_any_thread_count() {
+/// The report over every forensic fixture at once, with `args` before the inputs.
+fn report_over_all(args: &[&str]) -> Vec<u8> {
     let caps: Vec<String> = fixtures()
         .iter()
         .map(|(c, _)| c.display().to_string())
         .collect();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(caps.iter().map(String::as_str));
+    Command::new(bin()).args(&all).output().unwrap().stdout
+}
+
+/// The same report for every thread count in `threads`; returns it.
+fn same_for_threads(threads: &[&str], args: &[&str]) -> Vec<u8> {
     let mut first: Option<Vec<u8>> = None;
-    for j in ["-j1", "-j2", "-j5"] {
-        let mut args = vec![j, "--sessions"];
-        args.extend(caps.iter().map(String::as_str));
-        let out = Command::new(bin()).args(&args).output().unwrap().stdout;
+    for j in threads {
+        let mut with = vec![*j];
+        with.extend_from_slice(args);
+        let out = report_over_all(&with);
         match &first {
             None => first = Some(out),
-            Some(f) => assert!(f == &out, "{j} differs"),
+            Some(f) => assert!(f == &out, "{j} {args:?} differs"),
         }
-        for cap in &caps {
+    }
+    first.unwrap()
+}
+
+fn last_line_json(out: &[u8]) -> Value {
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn session_report_is_byte_identical_for_any_thread_count() {
+    same_for_threads(&["-j1", "-j2", "-j5"], &["--sessions"]);
+    for (cap, _) in fixtures() {
+        let cap = cap.display().to_string();
+        let base = Command::new(bin())
+            .args(["-j1", "--sessions", &cap])
+            .output()
+            .unwrap()
+            .stdout;
+        for j in ["-j2", "-j5"] {
             let one = Command::new(bin())
-                .args([j, "--sessions", cap])
-                .output()
-                .unwrap()
-                .stdout;
-            let base = Command::new(bin())
-                .args(["-j1", "--sessions", cap])
+                .args([j, "--sessions", &cap])
                 .output()
                 .unwrap()
                 .stdout;
@@ -323,31 +344,16 @@ fn session_report_is_byte_identical_for_any_thread_count() {
 /// summary says how many sessions were audited early.
 #[test]
 fn sessions_audited_early_give_the_same_report_for_any_thread_count() {
-    let caps: Vec<String> = fixtures()
-        .iter()
-        .map(|(c, _)| c.display().to_string())
-        .collect();
-    let mut first: Option<Vec<u8>> = None;
-    for j in ["-j1", "-j2", "-j3"] {
-        let mut args = vec![j, "--sessions", "--session-memory", "0"];
-        args.extend(caps.iter().map(String::as_str));
-        let out = Command::new(bin()).args(&args).output().unwrap().stdout;
-        match &first {
-            None => first = Some(out),
-            Some(f) => assert!(f == &out, "{j} differs"),
-        }
-    }
-    let out = String::from_utf8(first.unwrap()).unwrap();
-    let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    assert!(summary["sessions_retired_early"].as_u64().unwrap() > 0);
-    let mut args = vec!["-j1", "--sessions"];
-    args.extend(caps.iter().map(String::as_str));
-    let roomy = Command::new(bin()).args(&args).output().unwrap().stdout;
-    let roomy: Value =
-        serde_json::from_str(String::from_utf8(roomy).unwrap().lines().last().unwrap()).unwrap();
+    let tight = same_for_threads(
+        &["-j1", "-j2", "-j3"],
+        &["--sessions", "--session-memory", "0"],
+    );
+    let tight = last_line_json(&tight);
+    assert!(tight["sessions_retired_early"].as_u64().unwrap() > 0);
+    let roomy = last_line_json(&report_over_all(&["-j1", "--sessions"]));
     assert_eq!(roomy["sessions_retired_early"], 0);
     // What the stage adds is lost; the verdicts on integer ids are the streams' own.
-    assert_eq!(roomy["resumes"], summary["resumes"]);
+    assert_eq!(roomy["resumes"], tight["resumes"]);
 }
 
 #[test]
