@@ -8,8 +8,9 @@
 #
 # Environment: OUT (scratch dir, default benches/out, git-ignored), RUNS (runs per
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
-# SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), TSHARK=0 to skip tshark, PRIORITY=0 to
-# measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
+# SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
+# --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
+# PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
 # `tshark`).
 #
 # On a machine shared with other work, wall times measure the other work as much as this
@@ -28,6 +29,8 @@ SMALL_SIZE=${SMALL_SIZE:-5MB}
 TSHARK=${TSHARK:-1}
 PRIORITY=${PRIORITY:-$([[ $(id -u) == 0 ]] && echo 1 || echo 0)}
 SEED=1
+# --session-memory (MiB) of the bounded-memory runs.
+BOUNDED_SESSION_MIB=${BOUNDED_SESSION_MIB:-4}
 mkdir -p "$OUT"
 
 cargo build --release --quiet --bin mcp-resume-audit --example gen-capture
@@ -115,13 +118,16 @@ for s in $SIZES; do
     files+=("$f")
 done
 
-declare -A W1 W2 R1 R2 C1 C2 WC BYTES
+declare -A W1 W2 R1 R2 C1 C2 WC BYTES RB
 for i in "${!files[@]}"; do
     f=${files[$i]}
     BYTES[$i]=$(bytes_of "$f")
     read -r WC[$i] _ _ < <(median_of cat "$f")
     read -r W1[$i] R1[$i] C1[$i] < <(median_of "$BIN" -q -j1 "$f")
     read -r W2[$i] R2[$i] C2[$i] < <(median_of "$BIN" -q -j2 "$f")
+    # Peak memory with a small session-stage budget: what is left grows with nothing but
+    # what is open at once.
+    read -r _ RB[$i] _ < <(measure "$BIN" -q -j2 --session-memory "$BOUNDED_SESSION_MIB" "$f")
 done
 
 # tshark runs once, on the smallest capture; its time is scaled by size for the others.
@@ -204,6 +210,9 @@ for i in "${!files[@]}"; do
 done
 echo "| peak RSS ≤ 128 MiB (-j1/-j2) | ${rss_list% } | $(verdict "$maxrss <= 131072") |"
 echo "| RSS independent of size (-j2, largest ≤ smallest + 16 MiB) | $((R2[0] / 1024)) → $((R2[$last] / 1024)) MiB | $(verdict "${R2[$last]} <= ${R2[0]} + 16384") |"
+bounded_list=""
+for i in "${!files[@]}"; do bounded_list+="${sizes[$i]}: $((RB[$i] / 1024)) MiB; "; done
+echo "| the same with \`--session-memory $BOUNDED_SESSION_MIB\` (-j2, largest ≤ smallest + 16 MiB) | ${bounded_list% } | $(verdict "${RB[$last]} <= ${RB[0]} + 16384") |"
 # Linear: seconds per byte of -j1 (one thread, so the least disturbed by other work) for the
 # largest capture within 20% of the smallest's.
 per0=$(awk -v t="${W1[0]}" -v b="${BYTES[0]}" 'BEGIN { print t / b }')
