@@ -507,6 +507,9 @@ struct StreamFacts {
     max_int: MaxInt,
     /// The namespace key of the previous id (ids of one stream mostly share it).
     last_key: Option<u64>,
+    /// The stream's last id when it is an integer written without leading zeros (its value,
+    /// where it came, its position among the ids); `summary.last_id` is stale while set.
+    last_int: Option<(u64, Mark, u64)>,
     max_id: usize,
 }
 
@@ -837,8 +840,9 @@ struct MaxInt {
 }
 
 impl MaxInt {
-    fn see(&mut self, text: &str, id: &[u8], mark: Mark, id_index: u64) {
-        match (small_value(text), &self.big) {
+    /// `value` is `small_value(text)`, computed once per event by the caller.
+    fn see(&mut self, text: &str, value: Option<u64>, id: &[u8], mark: Mark, id_index: u64) {
+        match (value, &self.big) {
             (Some(v), None) => {
                 if !self.seen || self.value.is_none_or(|cur| v > cur) {
                     self.value = Some(v);
@@ -874,11 +878,14 @@ impl MaxInt {
 }
 
 /// `id <= last` for decimal ids, without comparing strings when `last` fits 64 bits.
-fn at_or_below(id: &[u8], last: &str, last_value: Option<u64>) -> bool {
-    let text = std::str::from_utf8(id).unwrap_or("");
-    match (last_value, small_value(text)) {
+/// `value` is `id`'s value when it fits 64 bits.
+fn at_or_below(id: &[u8], value: Option<u64>, last: &str, last_value: Option<u64>) -> bool {
+    match (last_value, value) {
         (Some(l), Some(i)) => i <= l,
-        _ => match (DecimalId::parse(text), DecimalId::parse(last)) {
+        _ => match (
+            DecimalId::parse(std::str::from_utf8(id).unwrap_or("")),
+            DecimalId::parse(last),
+        ) {
             (Some(i), Some(l)) => i.cmp_value(&l).is_le(),
             _ => false,
         },
@@ -898,17 +905,26 @@ fn above(id: &str, max: &str, max_value: Option<u64>) -> bool {
 }
 
 fn small_value(digits: &str) -> Option<u64> {
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    digits_value(digits.as_bytes())
+}
+
+/// The value of a run of ASCII digits with at most 19 significant ones (so that it fits 64
+/// bits), without going through `str::parse`: it is asked for every integer id.
+fn digits_value(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let d = digits.trim_start_matches('0');
-    if d.is_empty() {
+    let Some(start) = digits.iter().position(|&b| b != b'0') else {
         return Some(0);
-    }
+    };
+    let d = digits.get(start..)?;
     if d.len() > 19 {
         return None;
     }
-    d.parse().ok()
+    // 19 digits stay below 10^19 < 2^64: the wrapping operations never wrap.
+    Some(d.iter().fold(0u64, |v, &b| {
+        v.wrapping_mul(10).wrapping_add(u64::from(b - b'0'))
+    }))
 }
 
 /// What the shape tallies of a stream remember between two ids.
@@ -988,6 +1004,11 @@ impl StreamFacts {
         let integer_id = ev
             .id
             .is_some_and(|id| !id.is_empty() && id.iter().all(u8::is_ascii_digit));
+        // Its value, when it fits 64 bits: several checks compare it.
+        let int_value = match ev.id {
+            Some(id) if integer_id => digits_value(id),
+            _ => None,
+        };
         let mut skipped_ack = false;
         if let Some(r) = self.resume.as_mut() {
             r.events += 1;
@@ -1008,7 +1029,7 @@ impl StreamFacts {
                     } else {
                         if integer_id
                             && r.last_is_integer
-                            && at_or_below(id, &r.last_event_id, r.last_value)
+                            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
                         {
                             r.resent_ids += 1;
                         }
@@ -1082,7 +1103,7 @@ impl StreamFacts {
             // skipped acknowledgment is the client's own position).
             if let Some(r) = self.resume.as_mut()
                 && !priming
-                && !r.seen.push(hash, id, ev.mark)
+                && !r.seen.push(hash, id, int_value, ev.mark)
             {
                 s.facts_dropped += 1;
             }
@@ -1090,9 +1111,19 @@ impl StreamFacts {
                 set_seen(&mut s.first_id, id, text, ev.mark, id_index);
             }
             if integer_id && let Some(text) = text {
-                self.max_int.see(text, id, ev.mark, id_index);
+                self.max_int.see(text, int_value, id, ev.mark, id_index);
             }
-            set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+            // The text of an integer written without leading zeros is its value: it is written
+            // out once, when the stream ends, rather than copied at every event.
+            match int_value {
+                Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
+                    self.last_int = Some((v, ev.mark, id_index));
+                }
+                _ => {
+                    self.last_int = None;
+                    set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+                }
+            }
             s.id_facts.push(IdFact {
                 hash,
                 mark: ev.mark,
@@ -1132,6 +1163,13 @@ impl StreamFacts {
     fn finish(&mut self) {
         if let Some(s) = self.summary.as_deref_mut() {
             s.max_int_id = self.max_int.take();
+            if let Some((value, mark, id_index)) = self.last_int.take() {
+                s.last_id = Some(IdSeen {
+                    text: value.to_string(),
+                    mark,
+                    id_index,
+                });
+            }
         }
         if let (Some(r), Some(s)) = (self.resume.as_mut(), self.summary.as_deref_mut()) {
             s.dup_ids = r.seen.duplicates();
@@ -1195,11 +1233,21 @@ struct SeenIds {
     /// (hash, where, offset and length of the text in `text`).
     ids: Vec<(u64, Mark, u32, u16)>,
     text: Vec<u8>,
+    /// An id so far was not an integer above the one before it. While every id rises, none
+    /// repeats an earlier one (distinct values are distinct texts), and nothing need be sorted.
+    unordered: bool,
+    /// The value of the last id remembered, while they rise.
+    last: u64,
 }
 
+/// Ids room is made for at a resumed stream's first id: growing a vector one doubling at a
+/// time costs a reallocation and a copy each, for every resumed stream.
+const SEEN_IDS_FIRST: usize = 128;
+
 impl SeenIds {
-    /// Remembers an id; false when the cap is reached.
-    fn push(&mut self, hash: u64, id: &[u8], mark: Mark) -> bool {
+    /// Remembers an id (`value`: its value when it is an integer that fits 64 bits); false
+    /// when the cap is reached.
+    fn push(&mut self, hash: u64, id: &[u8], value: Option<u64>, mark: Mark) -> bool {
         if self.ids.len() >= MAX_SEEN_IDS {
             return false;
         }
@@ -1207,6 +1255,14 @@ impl SeenIds {
         let (Ok(off), Ok(len)) = (u32::try_from(self.text.len()), u16::try_from(cut.len())) else {
             return false;
         };
+        match value {
+            Some(v) if self.ids.is_empty() || v > self.last => self.last = v,
+            _ => self.unordered = true,
+        }
+        if self.ids.capacity() == 0 {
+            self.ids.reserve_exact(SEEN_IDS_FIRST);
+            self.text.reserve_exact(SEEN_IDS_FIRST * 8);
+        }
         self.text.extend_from_slice(cut);
         self.ids.push((hash, mark, off, len));
         true
@@ -1214,18 +1270,27 @@ impl SeenIds {
 
     /// Each id delivered again, with its first delivery and the repeat, in stream order.
     fn duplicates(&self) -> Vec<DupId> {
-        let mut order: Vec<usize> = (0..self.ids.len()).collect();
-        order.sort_by_key(|&i| (self.ids[i].0, i));
+        if !self.unordered {
+            return Vec::new();
+        }
+        // (hash, position) pairs are distinct, so an unstable sort gives the stable order.
+        let mut order: Vec<(u64, u32)> =
+            self.ids.iter().zip(0u32..).map(|(e, i)| (e.0, i)).collect();
+        order.sort_unstable();
         let mut dups = Vec::new();
         for w in order.windows(2) {
-            let (a, b) = (self.ids[w[0]], self.ids[w[1]]);
+            let (Some(&a), Some(&b)) =
+                (self.ids.get(w[0].1 as usize), self.ids.get(w[1].1 as usize))
+            else {
+                continue;
+            };
             if a.0 == b.0 {
                 let text = self
                     .text
                     .get(a.2 as usize..a.2 as usize + a.3 as usize)
                     .unwrap_or(&[]);
                 dups.push((
-                    w[1],
+                    w[1].1,
                     DupId {
                         text: cut_text(text),
                         first: a.1,
@@ -1496,6 +1561,7 @@ impl HttpSink for ExchangeTracker {
                     tail: TailEvents::default(),
                     max_int: MaxInt::default(),
                     last_key: None,
+                    last_int: None,
                     max_id: limits.max_sse_field_bytes,
                 },
             });
@@ -1751,6 +1817,42 @@ mod tests {
         assert!(s.list_changed[0].method.ends_with("/list_changed"));
         // Responses are distinctive content; progress on integer ids is not kept as content.
         assert!(s.content.iter().all(|c| c.kind == ContentKind::Response));
+    }
+
+    #[test]
+    fn rising_integer_ids_leading_zeros_and_repeats() {
+        // Rising integers: no duplicates, and the last id keeps its text.
+        let (_, x) = exchange(
+            b"id: 8\ndata: a\n\nid: 9\ndata: b\n\nid: 10\ndata: c\n\n",
+            &[],
+            Some("7"),
+        );
+        let s = x[0].stream.as_deref().unwrap();
+        assert!(s.dup_ids.is_empty());
+        assert_eq!(s.last_id.as_ref().unwrap().text, "10");
+        assert_eq!(s.last_id.as_ref().unwrap().id_index, 2);
+        // "08" and "8" are different ids with one value; the last id is quoted as sent.
+        let (_, x) = exchange(b"id: 8\ndata: a\n\nid: 08\ndata: b\n\n", &[], Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        assert!(s.dup_ids.is_empty());
+        assert_eq!(s.last_id.as_ref().unwrap().text, "08");
+        // A canonical integer after a text id replaces it as the last id.
+        let (_, x) = exchange(b"id: a-1\ndata: a\n\nid: 12\ndata: b\n\n", &[], Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        assert_eq!(s.last_id.as_ref().unwrap().text, "12");
+        assert_eq!(s.last_id.as_ref().unwrap().mark, Mark::new(3, 30));
+        // Ids that stop rising: each repeat after its previous delivery, in stream order,
+        // also when the repeated id came while the ids still rose.
+        let body = b"id: 8\ndata: a\n\nid: 9\ndata: b\n\nid: 10\ndata: c\n\nid: 9\ndata: d\n\n\
+                     id: x\ndata: e\n\nid: 8\ndata: f\n\nid: 9\ndata: g\n\nid: x\ndata: h\n\n";
+        // One frame per byte, so that every event has its own mark.
+        let cuts: Vec<usize> = (1..body.len()).collect();
+        let (_, x) = exchange(body, &cuts, Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        let texts: Vec<&str> = s.dup_ids.iter().map(|d| d.text.as_str()).collect();
+        assert_eq!(texts, ["9", "8", "9", "x"]);
+        assert!(s.dup_ids.iter().all(|d| d.first.frame < d.again.frame));
+        assert_eq!(s.dup_ids[2].first, s.dup_ids[0].again);
     }
 
     #[test]
