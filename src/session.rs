@@ -25,7 +25,7 @@ use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
 use crate::sessions::Forensics;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{EventSink, SseEvent, SseParser};
 use crate::verdict::{
     self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
 };
@@ -1176,13 +1176,14 @@ impl StreamFacts {
         }
         if let Some(s) = self.summary.as_deref_mut() {
             s.facts_dropped += self.tail.skipped;
-            for t in self.tail.events.drain(..) {
+            let (newer, older) = self.tail.slots.split_at(self.tail.oldest);
+            for t in older.iter().chain(newer) {
                 let (event_type, rest) = t.buf.split_at(t.type_len.min(t.buf.len()));
-                let (id, data) = rest.split_at(t.id_len.unwrap_or(0).min(rest.len()));
+                let id = rest.get(..t.id_len.unwrap_or(0)).unwrap_or(rest);
                 read_data(
                     s,
                     &EventData {
-                        data,
+                        data: t.data.get(..TAIL_DATA).unwrap_or(&t.data),
                         event_type,
                         data_len: t.data_len,
                         data_truncated: t.data_truncated,
@@ -1309,11 +1310,14 @@ pub const CLASSIFY_HEAD: u64 = 32;
 /// Bytes of data kept for each held-back event.
 const TAIL_DATA: usize = 4 << 10;
 
-/// An event held back until its stream ends: its type, id and data in one buffer, reused
-/// from event to event.
+/// An event held back until its stream ends, in buffers reused from event to event.
 #[derive(Debug, Default)]
 struct TailEvent {
+    /// The event type, then the id.
     buf: Vec<u8>,
+    /// The data (its first [`TAIL_DATA`] bytes are read): the parser's buffer, taken in
+    /// exchange for the one the slot held, so that the data is not copied.
+    data: Vec<u8>,
     type_len: usize,
     id_len: Option<usize>,
     data_len: u64,
@@ -1324,36 +1328,79 @@ struct TailEvent {
     event_id: Option<u64>,
 }
 
-/// The last [`FACTS_TAIL`] events past the first [`CLASSIFY_HEAD`] of a stream.
+/// The last [`FACTS_TAIL`] events past the first [`CLASSIFY_HEAD`] of a stream, in a ring.
 #[derive(Debug, Default)]
 struct TailEvents {
-    events: VecDeque<TailEvent>,
+    /// Filled in arrival order; once full, `oldest` is overwritten next.
+    slots: Vec<TailEvent>,
+    oldest: usize,
     /// Events that left the window unread.
     skipped: u64,
+    /// The slot of the event just kept, whose data buffer comes next ([`EventSink::take_data`]).
+    pending: Option<usize>,
 }
 
+/// Largest data buffer a tail slot takes from the parser rather than copy from: slots keep
+/// [`TAIL_DATA`] bytes, so a larger buffer would only hold memory.
+const TAIL_SWAP_CAPACITY: usize = 2 * TAIL_DATA;
+
 impl TailEvents {
+    /// Keeps an event's type, id and where it stands; its data follows in [`Self::data`].
     fn keep(&mut self, d: &EventData<'_>) {
-        let mut t = if self.events.len() == FACTS_TAIL {
-            self.skipped += 1;
-            self.events.pop_front().unwrap_or_default()
+        let at = if self.slots.len() < FACTS_TAIL {
+            if self.slots.capacity() == 0 {
+                self.slots.reserve_exact(FACTS_TAIL);
+            }
+            self.slots.push(TailEvent::default());
+            self.slots.len() - 1
         } else {
-            TailEvent::default()
+            self.skipped += 1;
+            let at = self.oldest;
+            self.oldest = (at + 1) % FACTS_TAIL;
+            at
         };
-        let cut = d.data.get(..TAIL_DATA).unwrap_or(d.data);
+        let Some(t) = self.slots.get_mut(at) else {
+            return;
+        };
         t.buf.clear();
         t.buf.extend_from_slice(d.event_type);
         t.type_len = d.event_type.len();
         t.id_len = d.id.map(<[u8]>::len);
         t.buf.extend_from_slice(d.id.unwrap_or(&[]));
-        t.buf.extend_from_slice(cut);
+        // Until the data arrives the slot holds none, never an older event's.
+        t.data.clear();
         t.data_len = d.data_len;
-        t.data_truncated = d.data_truncated || cut.len() < d.data.len();
+        t.data_truncated = d.data_truncated || d.data.len() > TAIL_DATA;
         t.integer_id = d.integer_id;
         t.mark = d.mark;
         t.event = d.event;
         t.event_id = d.event_id;
-        self.events.push_back(t);
+        self.pending = Some(at);
+    }
+
+    /// The data of the event just kept: the parser's buffer is swapped for the slot's when
+    /// both are small, else the kept part is copied.
+    fn data(&mut self, data: &mut Vec<u8>) {
+        let Some(t) = self.pending.take().and_then(|at| self.slots.get_mut(at)) else {
+            return;
+        };
+        if data.capacity() <= TAIL_SWAP_CAPACITY && t.data.capacity() <= TAIL_SWAP_CAPACITY {
+            std::mem::swap(&mut t.data, data);
+        } else {
+            t.data.clear();
+            t.data
+                .extend_from_slice(data.get(..TAIL_DATA).unwrap_or(data.as_slice()));
+        }
+    }
+}
+
+impl EventSink for StreamFacts {
+    fn event(&mut self, ev: &SseEvent<'_>) {
+        self.on_event(ev);
+    }
+
+    fn take_data(&mut self, data: &mut Vec<u8>) {
+        self.tail.data(data);
     }
 }
 
@@ -1576,7 +1623,7 @@ impl HttpSink for ExchangeTracker {
         let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
             return;
         };
-        parser.feed(bytes, mark, |ev| facts.on_event(ev));
+        parser.feed_sink(bytes, mark, facts);
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
