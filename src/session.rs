@@ -1231,8 +1231,11 @@ struct EventData<'a> {
 /// when the stream ends.
 #[derive(Debug, Default)]
 struct SeenIds {
-    /// (hash, where, offset and length of the text in `text`).
-    ids: Vec<(u64, Mark, u32, u16)>,
+    /// (hash, where, offset and length of the text in `text`), in chunks of
+    /// [`SEEN_IDS_CHUNK`]: a long stream's list grows without being copied.
+    ids: Vec<Vec<SeenId>>,
+    /// Ids remembered.
+    count: usize,
     text: Vec<u8>,
     /// An id so far was not an integer above the one before it. While every id rises, none
     /// repeats an earlier one (distinct values are distinct texts), and nothing need be sorted.
@@ -1241,15 +1244,22 @@ struct SeenIds {
     last: u64,
 }
 
-/// Ids room is made for at a resumed stream's first id: growing a vector one doubling at a
-/// time costs a reallocation and a copy each, for every resumed stream.
-const SEEN_IDS_FIRST: usize = 128;
+/// One remembered id: its hash, where it came, the offset and length of its text.
+type SeenId = (u64, Mark, u32, u16);
+
+/// Ids per chunk of [`SeenIds`]: growing one vector a doubling at a time cost a reallocation
+/// and a copy each, for every resumed stream.
+const SEEN_IDS_CHUNK: usize = 128;
 
 impl SeenIds {
+    fn get(&self, i: usize) -> Option<&SeenId> {
+        self.ids.get(i / SEEN_IDS_CHUNK)?.get(i % SEEN_IDS_CHUNK)
+    }
+
     /// Remembers an id (`value`: its value when it is an integer that fits 64 bits); false
     /// when the cap is reached.
     fn push(&mut self, hash: u64, id: &[u8], value: Option<u64>, mark: Mark) -> bool {
-        if self.ids.len() >= MAX_SEEN_IDS {
+        if self.count >= MAX_SEEN_IDS {
             return false;
         }
         let cut = id.get(..MAX_TEXT).unwrap_or(id);
@@ -1257,15 +1267,25 @@ impl SeenIds {
             return false;
         };
         match value {
-            Some(v) if self.ids.is_empty() || v > self.last => self.last = v,
+            Some(v) if self.count == 0 || v > self.last => self.last = v,
             _ => self.unordered = true,
         }
-        if self.ids.capacity() == 0 {
-            self.ids.reserve_exact(SEEN_IDS_FIRST);
-            self.text.reserve_exact(SEEN_IDS_FIRST * 8);
-        }
+        let chunk = match self.ids.last_mut() {
+            Some(c) if c.len() < SEEN_IDS_CHUNK => c,
+            _ => {
+                if self.text.capacity() == 0 {
+                    self.text.reserve_exact(SEEN_IDS_CHUNK * 8);
+                }
+                self.ids.push(Vec::with_capacity(SEEN_IDS_CHUNK));
+                let Some(c) = self.ids.last_mut() else {
+                    return false;
+                };
+                c
+            }
+        };
+        chunk.push((hash, mark, off, len));
+        self.count += 1;
         self.text.extend_from_slice(cut);
-        self.ids.push((hash, mark, off, len));
         true
     }
 
@@ -1275,13 +1295,17 @@ impl SeenIds {
             return Vec::new();
         }
         // (hash, position) pairs are distinct, so an unstable sort gives the stable order.
-        let mut order: Vec<(u64, u32)> =
-            self.ids.iter().zip(0u32..).map(|(e, i)| (e.0, i)).collect();
+        let mut order: Vec<(u64, u32)> = self
+            .ids
+            .iter()
+            .flatten()
+            .zip(0u32..)
+            .map(|(e, i)| (e.0, i))
+            .collect();
         order.sort_unstable();
         let mut dups = Vec::new();
         for w in order.windows(2) {
-            let (Some(&a), Some(&b)) =
-                (self.ids.get(w[0].1 as usize), self.ids.get(w[1].1 as usize))
+            let (Some(&a), Some(&b)) = (self.get(w[0].1 as usize), self.get(w[1].1 as usize))
             else {
                 continue;
             };
@@ -1385,6 +1409,11 @@ impl TailEvents {
             return;
         };
         if data.capacity() <= TAIL_SWAP_CAPACITY && t.data.capacity() <= TAIL_SWAP_CAPACITY {
+            if t.data.capacity() < data.capacity() {
+                // The parser goes on with a buffer as large as the one it gives: events of
+                // one stream are alike, and a smaller one would be grown again.
+                t.data = Vec::with_capacity(data.capacity());
+            }
             std::mem::swap(&mut t.data, data);
         } else {
             t.data.clear();
