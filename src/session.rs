@@ -526,10 +526,25 @@ struct OpenExchange {
     end: Option<(BodyEnd, Mark)>,
 }
 
+impl OpenExchange {
+    fn empty() -> Self {
+        OpenExchange {
+            request: None,
+            response: None,
+            stream: None,
+            end: None,
+        }
+    }
+}
+
 /// Collects one connection's exchanges (implements [`HttpSink`]).
 pub struct ExchangeTracker {
     limits: Limits,
     open: HashMap<u32, OpenExchange, std::hash::BuildHasherDefault<ExchangeHash>>,
+    /// The exchange a request or response head last named, kept out of `open`: a connection
+    /// mostly carries one exchange at a time, and its body slices then find it without a
+    /// lookup (which costs a cache miss on the table at every slice).
+    hot: Option<(u32, OpenExchange)>,
     /// Decided resumes, in the order they were decided; the connection fills in endpoints.
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
@@ -556,6 +571,7 @@ impl ExchangeTracker {
         ExchangeTracker {
             limits: limits.clone(),
             open: HashMap::default(),
+            hot: None,
             resumes: Vec::new(),
             summaries: Vec::new(),
             session_ids: BTreeSet::new(),
@@ -576,23 +592,48 @@ impl ExchangeTracker {
         self
     }
 
+    /// The open exchange `exchange`, created if need be; it becomes the hot one.
     fn entry(&mut self, exchange: u32) -> &mut OpenExchange {
-        self.open.entry(exchange).or_insert_with(|| OpenExchange {
-            request: None,
-            response: None,
-            stream: None,
-            end: None,
-        })
+        match self.hot.take() {
+            Some((n, ex)) if n == exchange => &mut self.hot.insert((n, ex)).1,
+            other => {
+                if let Some((n, old)) = other {
+                    self.open.insert(n, old);
+                }
+                let ex = self
+                    .open
+                    .remove(&exchange)
+                    .unwrap_or_else(OpenExchange::empty);
+                &mut self.hot.insert((exchange, ex)).1
+            }
+        }
+    }
+
+    /// The open exchange `exchange`, if there is one.
+    fn get(&mut self, exchange: u32) -> Option<&mut OpenExchange> {
+        match &mut self.hot {
+            Some((n, ex)) if *n == exchange => Some(ex),
+            _ => self.open.get_mut(&exchange),
+        }
+    }
+
+    /// Takes the open exchange `exchange` out, if there is one.
+    fn remove(&mut self, exchange: u32) -> Option<OpenExchange> {
+        match &self.hot {
+            Some((n, _)) if *n == exchange => self.hot.take().map(|(_, ex)| ex),
+            _ => self.open.remove(&exchange),
+        }
     }
 
     /// Decides what is still open: called when the connection is over. `server_end` says how
     /// the server's side ended (`None` when unknown), and whether bytes were missing from it.
     pub fn finish(&mut self, server_end: Option<StreamEnd>, server_gaps: bool, mark: Mark) {
         let mut ids: Vec<u32> = self.open.keys().copied().collect();
+        ids.extend(self.hot.as_ref().map(|(n, _)| *n));
         ids.sort_unstable();
         self.evicted = server_end == Some(StreamEnd::Evicted);
         for id in ids {
-            if let Some(mut ex) = self.open.remove(&id) {
+            if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
                 let no_answer = match server_end {
                     _ if server_gaps => NoAnswer::NotCaptured,
@@ -1646,7 +1687,7 @@ impl HttpSink for ExchangeTracker {
     }
 
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        let Some(ex) = self.open.get_mut(&exchange) else {
+        let Some(ex) = self.get(exchange) else {
             return;
         };
         let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
@@ -1656,7 +1697,7 @@ impl HttpSink for ExchangeTracker {
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
-        let Some(ex) = self.open.get_mut(&exchange) else {
+        let Some(ex) = self.get(exchange) else {
             return;
         };
         let Some(stream) = ex.stream.as_mut() else {
@@ -1667,7 +1708,7 @@ impl HttpSink for ExchangeTracker {
     }
 
     fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
-        let Some(mut ex) = self.open.remove(&exchange) else {
+        let Some(mut ex) = self.remove(exchange) else {
             return;
         };
         self.finish_stream(&mut ex, mark);
@@ -1893,6 +1934,58 @@ mod tests {
         assert!(s.list_changed[0].method.ends_with("/list_changed"));
         // Responses are distinctive content; progress on integer ids is not kept as content.
         assert!(s.content.iter().all(|c| c.kind == ContentKind::Response));
+    }
+
+    #[test]
+    fn exchanges_open_at_once_keep_their_own_streams() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        for n in 0..3u32 {
+            t.request(RequestHead {
+                exchange: n,
+                method: "GET".into(),
+                session_id: Some("s".into()),
+                last_event_id: Some(format!("{}", 10 * n)),
+                first: Mark::new(u64::from(n) + 1, 0),
+                complete: Mark::new(u64::from(n) + 1, 0),
+                ..Default::default()
+            });
+        }
+        for n in [1u32, 0] {
+            t.response(ResponseHead {
+                exchange: n,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                first: Mark::new(10, 0),
+                complete: Mark::new(10, 0),
+                ..Default::default()
+            });
+        }
+        // Slices of the two answers alternate, each event cut in two.
+        let slices: [(u32, &[u8]); 5] = [
+            (0, b"id: "),
+            (1, b"id: 1"),
+            (0, b""),
+            (1, b"1\ndata: x\n\n"),
+            (0, b"1\ndata: x\n\n"),
+        ];
+        for (i, (n, bytes)) in slices.into_iter().enumerate() {
+            t.body(n, bytes, Mark::new(20 + i as u64, 0));
+        }
+        t.body_end(1, BodyEnd::Complete, Mark::new(30, 0));
+        t.finish(None, false, Mark::new(40, 0));
+        let firsts: Vec<(u32, Option<&str>)> = t
+            .resumes
+            .iter()
+            .map(|r| (r.exchange, r.first_event_id.as_deref()))
+            .collect();
+        // Exchange 1 ended first; the others were decided at the end, in exchange order.
+        assert_eq!(firsts, [(1, Some("11")), (0, Some("1")), (2, None)]);
+        let events: Vec<(u32, u64)> = t
+            .summaries
+            .iter()
+            .map(|x| (x.exchange, x.stream.as_ref().map_or(0, |s| s.events)))
+            .collect();
+        assert_eq!(events, [(1, 1), (0, 1), (2, 0)]);
     }
 
     #[test]
