@@ -208,7 +208,17 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// Ensures `want` bytes are buffered unless the file ends first. Returns whether they are.
+    /// Asked twice per record, and mostly answered from the buffer: that check is inlined.
+    #[inline]
     fn fill(&mut self, want: usize) -> Result<bool, CaptureError> {
+        if self.end - self.start >= want {
+            return Ok(true);
+        }
+        self.refill(want)
+    }
+
+    /// [`Self::fill`] when the buffer holds too few bytes: reads until it does or the file ends.
+    fn refill(&mut self, want: usize) -> Result<bool, CaptureError> {
         while self.end - self.start < want && !self.eof {
             if self.buf.len() - self.start < want {
                 // Compact, then grow if the record is larger than the buffer; `want` was
@@ -318,6 +328,7 @@ impl<R: Read> CaptureReader<R> {
         Next::End
     }
 
+    #[inline]
     fn next_pcap_record(
         &mut self,
         endian: Endian,

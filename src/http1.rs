@@ -1391,8 +1391,9 @@ impl ChunkState {
                 let input = input.get(..allowance).unwrap_or(input);
                 let mut i = 0;
                 while let Some(&b) = input.get(i) {
-                    if *digits_done {
-                        // Extensions are ignored: skip to the line end by scan.
+                    if *digits_done && b != b'\n' {
+                        // Extensions are ignored: skip to the line end by scan (the usual
+                        // CRLF right after the digits needs none).
                         let rest = input.get(i..).unwrap_or_default();
                         match memchr::memchr(b'\n', rest) {
                             Some(k) => i += k,
@@ -1449,6 +1450,11 @@ impl ChunkState {
                 }
             }
             ChunkState::DataEnd { seen_cr } => match input.first() {
+                // The usual CRLF whole: both bytes in one step.
+                Some(b'\r') if !*seen_cr && input.get(1) == Some(&b'\n') => {
+                    *self = ChunkState::new_size();
+                    step(2, FramingEvent::Continue)
+                }
                 Some(b'\r') if !*seen_cr => {
                     *seen_cr = true;
                     step(1, FramingEvent::Continue)

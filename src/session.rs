@@ -25,7 +25,7 @@ use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
 use crate::sessions::Forensics;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{EventSink, SseEvent, SseParser};
 use crate::verdict::{
     self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
 };
@@ -412,6 +412,24 @@ impl Hasher for PassThrough {
     }
 }
 
+/// A hasher for the open exchanges of a connection: their numbers are a counter the HTTP
+/// stage assigns, not input, so one multiplication spreads them well enough, where SipHash
+/// costs more than the rest of a body call.
+#[derive(Clone, Copy, Debug, Default)]
+struct ExchangeHash(u64);
+
+impl Hasher for ExchangeHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fact_hash(&[bytes]);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = fold(u64::from(n) ^ SEED0, SEED1);
+    }
+}
+
 /// The namespace key of an integer id: nothing is left once its digits are gone.
 static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
     std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
@@ -489,6 +507,9 @@ struct StreamFacts {
     max_int: MaxInt,
     /// The namespace key of the previous id (ids of one stream mostly share it).
     last_key: Option<u64>,
+    /// The stream's last id when it is an integer written without leading zeros (its value,
+    /// where it came, its position among the ids); `summary.last_id` is stale while set.
+    last_int: Option<(u64, Mark, u64)>,
     max_id: usize,
 }
 
@@ -505,10 +526,25 @@ struct OpenExchange {
     end: Option<(BodyEnd, Mark)>,
 }
 
+impl OpenExchange {
+    fn empty() -> Self {
+        OpenExchange {
+            request: None,
+            response: None,
+            stream: None,
+            end: None,
+        }
+    }
+}
+
 /// Collects one connection's exchanges (implements [`HttpSink`]).
 pub struct ExchangeTracker {
     limits: Limits,
-    open: HashMap<u32, OpenExchange>,
+    open: HashMap<u32, OpenExchange, std::hash::BuildHasherDefault<ExchangeHash>>,
+    /// The exchange a request or response head last named, kept out of `open`: a connection
+    /// mostly carries one exchange at a time, and its body slices then find it without a
+    /// lookup (which costs a cache miss on the table at every slice).
+    hot: Option<(u32, OpenExchange)>,
     /// Decided resumes, in the order they were decided; the connection fills in endpoints.
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
@@ -537,7 +573,8 @@ impl ExchangeTracker {
     pub fn new(limits: &Limits) -> Self {
         ExchangeTracker {
             limits: limits.clone(),
-            open: HashMap::new(),
+            open: HashMap::default(),
+            hot: None,
             resumes: Vec::new(),
             summaries: Vec::new(),
             session_ids: BTreeSet::new(),
@@ -565,23 +602,48 @@ impl ExchangeTracker {
         self
     }
 
+    /// The open exchange `exchange`, created if need be; it becomes the hot one.
     fn entry(&mut self, exchange: u32) -> &mut OpenExchange {
-        self.open.entry(exchange).or_insert_with(|| OpenExchange {
-            request: None,
-            response: None,
-            stream: None,
-            end: None,
-        })
+        match self.hot.take() {
+            Some((n, ex)) if n == exchange => &mut self.hot.insert((n, ex)).1,
+            other => {
+                if let Some((n, old)) = other {
+                    self.open.insert(n, old);
+                }
+                let ex = self
+                    .open
+                    .remove(&exchange)
+                    .unwrap_or_else(OpenExchange::empty);
+                &mut self.hot.insert((exchange, ex)).1
+            }
+        }
+    }
+
+    /// The open exchange `exchange`, if there is one.
+    fn get(&mut self, exchange: u32) -> Option<&mut OpenExchange> {
+        match &mut self.hot {
+            Some((n, ex)) if *n == exchange => Some(ex),
+            _ => self.open.get_mut(&exchange),
+        }
+    }
+
+    /// Takes the open exchange `exchange` out, if there is one.
+    fn remove(&mut self, exchange: u32) -> Option<OpenExchange> {
+        match &self.hot {
+            Some((n, _)) if *n == exchange => self.hot.take().map(|(_, ex)| ex),
+            _ => self.open.remove(&exchange),
+        }
     }
 
     /// Decides what is still open: called when the connection is over. `server_end` says how
     /// the server's side ended (`None` when unknown), and whether bytes were missing from it.
     pub fn finish(&mut self, server_end: Option<StreamEnd>, server_gaps: bool, mark: Mark) {
         let mut ids: Vec<u32> = self.open.keys().copied().collect();
+        ids.extend(self.hot.as_ref().map(|(n, _)| *n));
         ids.sort_unstable();
         self.evicted = server_end == Some(StreamEnd::Evicted);
         for id in ids {
-            if let Some(mut ex) = self.open.remove(&id) {
+            if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
                 let no_answer = match server_end {
                     _ if server_gaps => NoAnswer::NotCaptured,
@@ -829,8 +891,9 @@ struct MaxInt {
 }
 
 impl MaxInt {
-    fn see(&mut self, text: &str, id: &[u8], mark: Mark, id_index: u64) {
-        match (small_value(text), &self.big) {
+    /// `value` is `small_value(text)`, computed once per event by the caller.
+    fn see(&mut self, text: &str, value: Option<u64>, id: &[u8], mark: Mark, id_index: u64) {
+        match (value, &self.big) {
             (Some(v), None) => {
                 if !self.seen || self.value.is_none_or(|cur| v > cur) {
                     self.value = Some(v);
@@ -866,11 +929,14 @@ impl MaxInt {
 }
 
 /// `id <= last` for decimal ids, without comparing strings when `last` fits 64 bits.
-fn at_or_below(id: &[u8], last: &str, last_value: Option<u64>) -> bool {
-    let text = std::str::from_utf8(id).unwrap_or("");
-    match (last_value, small_value(text)) {
+/// `value` is `id`'s value when it fits 64 bits.
+fn at_or_below(id: &[u8], value: Option<u64>, last: &str, last_value: Option<u64>) -> bool {
+    match (last_value, value) {
         (Some(l), Some(i)) => i <= l,
-        _ => match (DecimalId::parse(text), DecimalId::parse(last)) {
+        _ => match (
+            DecimalId::parse(std::str::from_utf8(id).unwrap_or("")),
+            DecimalId::parse(last),
+        ) {
             (Some(i), Some(l)) => i.cmp_value(&l).is_le(),
             _ => false,
         },
@@ -890,17 +956,26 @@ fn above(id: &str, max: &str, max_value: Option<u64>) -> bool {
 }
 
 fn small_value(digits: &str) -> Option<u64> {
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    digits_value(digits.as_bytes())
+}
+
+/// The value of a run of ASCII digits with at most 19 significant ones (so that it fits 64
+/// bits), without going through `str::parse`: it is asked for every integer id.
+fn digits_value(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let d = digits.trim_start_matches('0');
-    if d.is_empty() {
+    let Some(start) = digits.iter().position(|&b| b != b'0') else {
         return Some(0);
-    }
+    };
+    let d = digits.get(start..)?;
     if d.len() > 19 {
         return None;
     }
-    d.parse().ok()
+    // 19 digits stay below 10^19 < 2^64: the wrapping operations never wrap.
+    Some(d.iter().fold(0u64, |v, &b| {
+        v.wrapping_mul(10).wrapping_add(u64::from(b - b'0'))
+    }))
 }
 
 /// What the shape tallies of a stream remember between two ids.
@@ -980,6 +1055,11 @@ impl StreamFacts {
         let integer_id = ev
             .id
             .is_some_and(|id| !id.is_empty() && id.iter().all(u8::is_ascii_digit));
+        // Its value, when it fits 64 bits: several checks compare it.
+        let int_value = match ev.id {
+            Some(id) if integer_id => digits_value(id),
+            _ => None,
+        };
         let mut skipped_ack = false;
         if let Some(r) = self.resume.as_mut() {
             r.events += 1;
@@ -1000,7 +1080,7 @@ impl StreamFacts {
                     } else {
                         if integer_id
                             && r.last_is_integer
-                            && at_or_below(id, &r.last_event_id, r.last_value)
+                            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
                         {
                             r.resent_ids += 1;
                         }
@@ -1074,7 +1154,7 @@ impl StreamFacts {
             // skipped acknowledgment is the client's own position).
             if let Some(r) = self.resume.as_mut()
                 && !priming
-                && !r.seen.push(hash, id, ev.mark)
+                && !r.seen.push(hash, id, int_value, ev.mark)
             {
                 s.facts_dropped += 1;
             }
@@ -1082,9 +1162,19 @@ impl StreamFacts {
                 set_seen(&mut s.first_id, id, text, ev.mark, id_index);
             }
             if integer_id && let Some(text) = text {
-                self.max_int.see(text, id, ev.mark, id_index);
+                self.max_int.see(text, int_value, id, ev.mark, id_index);
             }
-            set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+            // The text of an integer written without leading zeros is its value: it is written
+            // out once, when the stream ends, rather than copied at every event.
+            match int_value {
+                Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
+                    self.last_int = Some((v, ev.mark, id_index));
+                }
+                _ => {
+                    self.last_int = None;
+                    set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+                }
+            }
             s.id_facts.push(IdFact {
                 hash,
                 mark: ev.mark,
@@ -1124,19 +1214,27 @@ impl StreamFacts {
     fn finish(&mut self) {
         if let Some(s) = self.summary.as_deref_mut() {
             s.max_int_id = self.max_int.take();
+            if let Some((value, mark, id_index)) = self.last_int.take() {
+                s.last_id = Some(IdSeen {
+                    text: value.to_string(),
+                    mark,
+                    id_index,
+                });
+            }
         }
         if let (Some(r), Some(s)) = (self.resume.as_mut(), self.summary.as_deref_mut()) {
             s.dup_ids = r.seen.duplicates();
         }
         if let Some(s) = self.summary.as_deref_mut() {
             s.facts_dropped += self.tail.skipped;
-            for t in self.tail.events.drain(..) {
+            let (newer, older) = self.tail.slots.split_at(self.tail.oldest);
+            for t in older.iter().chain(newer) {
                 let (event_type, rest) = t.buf.split_at(t.type_len.min(t.buf.len()));
-                let (id, data) = rest.split_at(t.id_len.unwrap_or(0).min(rest.len()));
+                let id = rest.get(..t.id_len.unwrap_or(0)).unwrap_or(rest);
                 read_data(
                     s,
                     &EventData {
-                        data,
+                        data: t.data.get(..TAIL_DATA).unwrap_or(&t.data),
                         event_type,
                         data_len: t.data_len,
                         data_truncated: t.data_truncated,
@@ -1184,40 +1282,91 @@ struct EventData<'a> {
 /// when the stream ends.
 #[derive(Debug, Default)]
 struct SeenIds {
-    /// (hash, where, offset and length of the text in `text`).
-    ids: Vec<(u64, Mark, u32, u16)>,
+    /// (hash, where, offset and length of the text in `text`), in chunks of
+    /// [`SEEN_IDS_CHUNK`]: a long stream's list grows without being copied.
+    ids: Vec<Vec<SeenId>>,
+    /// Ids remembered.
+    count: usize,
     text: Vec<u8>,
+    /// An id so far was not an integer above the one before it. While every id rises, none
+    /// repeats an earlier one (distinct values are distinct texts), and nothing need be sorted.
+    unordered: bool,
+    /// The value of the last id remembered, while they rise.
+    last: u64,
 }
 
+/// One remembered id: its hash, where it came, the offset and length of its text.
+type SeenId = (u64, Mark, u32, u16);
+
+/// Ids per chunk of [`SeenIds`]: growing one vector a doubling at a time cost a reallocation
+/// and a copy each, for every resumed stream.
+const SEEN_IDS_CHUNK: usize = 128;
+
 impl SeenIds {
-    /// Remembers an id; false when the cap is reached.
-    fn push(&mut self, hash: u64, id: &[u8], mark: Mark) -> bool {
-        if self.ids.len() >= MAX_SEEN_IDS {
+    fn get(&self, i: usize) -> Option<&SeenId> {
+        self.ids.get(i / SEEN_IDS_CHUNK)?.get(i % SEEN_IDS_CHUNK)
+    }
+
+    /// Remembers an id (`value`: its value when it is an integer that fits 64 bits); false
+    /// when the cap is reached.
+    fn push(&mut self, hash: u64, id: &[u8], value: Option<u64>, mark: Mark) -> bool {
+        if self.count >= MAX_SEEN_IDS {
             return false;
         }
         let cut = id.get(..MAX_TEXT).unwrap_or(id);
         let (Ok(off), Ok(len)) = (u32::try_from(self.text.len()), u16::try_from(cut.len())) else {
             return false;
         };
+        match value {
+            Some(v) if self.count == 0 || v > self.last => self.last = v,
+            _ => self.unordered = true,
+        }
+        let chunk = match self.ids.last_mut() {
+            Some(c) if c.len() < SEEN_IDS_CHUNK => c,
+            _ => {
+                if self.text.capacity() == 0 {
+                    self.text.reserve_exact(SEEN_IDS_CHUNK * 8);
+                }
+                self.ids.push(Vec::with_capacity(SEEN_IDS_CHUNK));
+                let Some(c) = self.ids.last_mut() else {
+                    return false;
+                };
+                c
+            }
+        };
+        chunk.push((hash, mark, off, len));
+        self.count += 1;
         self.text.extend_from_slice(cut);
-        self.ids.push((hash, mark, off, len));
         true
     }
 
     /// Each id delivered again, with its first delivery and the repeat, in stream order.
     fn duplicates(&self) -> Vec<DupId> {
-        let mut order: Vec<usize> = (0..self.ids.len()).collect();
-        order.sort_by_key(|&i| (self.ids[i].0, i));
+        if !self.unordered {
+            return Vec::new();
+        }
+        // (hash, position) pairs are distinct, so an unstable sort gives the stable order.
+        let mut order: Vec<(u64, u32)> = self
+            .ids
+            .iter()
+            .flatten()
+            .zip(0u32..)
+            .map(|(e, i)| (e.0, i))
+            .collect();
+        order.sort_unstable();
         let mut dups = Vec::new();
         for w in order.windows(2) {
-            let (a, b) = (self.ids[w[0]], self.ids[w[1]]);
+            let (Some(&a), Some(&b)) = (self.get(w[0].1 as usize), self.get(w[1].1 as usize))
+            else {
+                continue;
+            };
             if a.0 == b.0 {
                 let text = self
                     .text
                     .get(a.2 as usize..a.2 as usize + a.3 as usize)
                     .unwrap_or(&[]);
                 dups.push((
-                    w[1],
+                    w[1].1,
                     DupId {
                         text: cut_text(text),
                         first: a.1,
@@ -1236,11 +1385,14 @@ pub const CLASSIFY_HEAD: u64 = 32;
 /// Bytes of data kept for each held-back event.
 const TAIL_DATA: usize = 4 << 10;
 
-/// An event held back until its stream ends: its type, id and data in one buffer, reused
-/// from event to event.
+/// An event held back until its stream ends, in buffers reused from event to event.
 #[derive(Debug, Default)]
 struct TailEvent {
+    /// The event type, then the id.
     buf: Vec<u8>,
+    /// The data (its first [`TAIL_DATA`] bytes are read): the parser's buffer, taken in
+    /// exchange for the one the slot held, so that the data is not copied.
+    data: Vec<u8>,
     type_len: usize,
     id_len: Option<usize>,
     data_len: u64,
@@ -1251,36 +1403,84 @@ struct TailEvent {
     event_id: Option<u64>,
 }
 
-/// The last [`FACTS_TAIL`] events past the first [`CLASSIFY_HEAD`] of a stream.
+/// The last [`FACTS_TAIL`] events past the first [`CLASSIFY_HEAD`] of a stream, in a ring.
 #[derive(Debug, Default)]
 struct TailEvents {
-    events: VecDeque<TailEvent>,
+    /// Filled in arrival order; once full, `oldest` is overwritten next.
+    slots: Vec<TailEvent>,
+    oldest: usize,
     /// Events that left the window unread.
     skipped: u64,
+    /// The slot of the event just kept, whose data buffer comes next ([`EventSink::take_data`]).
+    pending: Option<usize>,
 }
 
+/// Largest data buffer a tail slot takes from the parser rather than copy from: slots keep
+/// [`TAIL_DATA`] bytes, so a larger buffer would only hold memory.
+const TAIL_SWAP_CAPACITY: usize = 2 * TAIL_DATA;
+
 impl TailEvents {
+    /// Keeps an event's type, id and where it stands; its data follows in [`Self::data`].
     fn keep(&mut self, d: &EventData<'_>) {
-        let mut t = if self.events.len() == FACTS_TAIL {
-            self.skipped += 1;
-            self.events.pop_front().unwrap_or_default()
+        let at = if self.slots.len() < FACTS_TAIL {
+            if self.slots.capacity() == 0 {
+                self.slots.reserve_exact(FACTS_TAIL);
+            }
+            self.slots.push(TailEvent::default());
+            self.slots.len() - 1
         } else {
-            TailEvent::default()
+            self.skipped += 1;
+            let at = self.oldest;
+            self.oldest = (at + 1) % FACTS_TAIL;
+            at
         };
-        let cut = d.data.get(..TAIL_DATA).unwrap_or(d.data);
+        let Some(t) = self.slots.get_mut(at) else {
+            return;
+        };
         t.buf.clear();
         t.buf.extend_from_slice(d.event_type);
         t.type_len = d.event_type.len();
         t.id_len = d.id.map(<[u8]>::len);
         t.buf.extend_from_slice(d.id.unwrap_or(&[]));
-        t.buf.extend_from_slice(cut);
+        // Until the data arrives the slot holds none, never an older event's.
+        t.data.clear();
         t.data_len = d.data_len;
-        t.data_truncated = d.data_truncated || cut.len() < d.data.len();
+        t.data_truncated = d.data_truncated || d.data.len() > TAIL_DATA;
         t.integer_id = d.integer_id;
         t.mark = d.mark;
         t.event = d.event;
         t.event_id = d.event_id;
-        self.events.push_back(t);
+        self.pending = Some(at);
+    }
+
+    /// The data of the event just kept: the parser's buffer is swapped for the slot's when
+    /// both are small, else the kept part is copied.
+    fn data(&mut self, data: &mut Vec<u8>) {
+        let Some(t) = self.pending.take().and_then(|at| self.slots.get_mut(at)) else {
+            return;
+        };
+        if data.capacity() <= TAIL_SWAP_CAPACITY && t.data.capacity() <= TAIL_SWAP_CAPACITY {
+            if t.data.capacity() < data.capacity() {
+                // The parser goes on with a buffer as large as the one it gives: events of
+                // one stream are alike, and a smaller one would be grown again.
+                t.data = Vec::with_capacity(data.capacity());
+            }
+            std::mem::swap(&mut t.data, data);
+        } else {
+            t.data.clear();
+            t.data
+                .extend_from_slice(data.get(..TAIL_DATA).unwrap_or(data.as_slice()));
+        }
+    }
+}
+
+impl EventSink for StreamFacts {
+    fn event(&mut self, ev: &SseEvent<'_>) {
+        self.on_event(ev);
+    }
+
+    fn take_data(&mut self, data: &mut Vec<u8>) {
+        self.tail.data(data);
     }
 }
 
@@ -1496,6 +1696,7 @@ impl HttpSink for ExchangeTracker {
                     tail: TailEvents::default(),
                     max_int: MaxInt::default(),
                     last_key: None,
+                    last_int: None,
                     max_id: limits.max_sse_field_bytes,
                 },
             });
@@ -1504,17 +1705,17 @@ impl HttpSink for ExchangeTracker {
     }
 
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        let Some(ex) = self.open.get_mut(&exchange) else {
+        let Some(ex) = self.get(exchange) else {
             return;
         };
         let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
             return;
         };
-        parser.feed(bytes, mark, |ev| facts.on_event(ev));
+        parser.feed_sink(bytes, mark, facts);
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
-        let Some(ex) = self.open.get_mut(&exchange) else {
+        let Some(ex) = self.get(exchange) else {
             return;
         };
         let Some(stream) = ex.stream.as_mut() else {
@@ -1525,7 +1726,7 @@ impl HttpSink for ExchangeTracker {
     }
 
     fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
-        let Some(mut ex) = self.open.remove(&exchange) else {
+        let Some(mut ex) = self.remove(exchange) else {
             return;
         };
         self.finish_stream(&mut ex, mark);
@@ -1751,6 +1952,94 @@ mod tests {
         assert!(s.list_changed[0].method.ends_with("/list_changed"));
         // Responses are distinctive content; progress on integer ids is not kept as content.
         assert!(s.content.iter().all(|c| c.kind == ContentKind::Response));
+    }
+
+    #[test]
+    fn exchanges_open_at_once_keep_their_own_streams() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        for n in 0..3u32 {
+            t.request(RequestHead {
+                exchange: n,
+                method: "GET".into(),
+                session_id: Some("s".into()),
+                last_event_id: Some(format!("{}", 10 * n)),
+                first: Mark::new(u64::from(n) + 1, 0),
+                complete: Mark::new(u64::from(n) + 1, 0),
+                ..Default::default()
+            });
+        }
+        for n in [1u32, 0] {
+            t.response(ResponseHead {
+                exchange: n,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                first: Mark::new(10, 0),
+                complete: Mark::new(10, 0),
+                ..Default::default()
+            });
+        }
+        // Slices of the two answers alternate, each event cut in two.
+        let slices: [(u32, &[u8]); 5] = [
+            (0, b"id: "),
+            (1, b"id: 1"),
+            (0, b""),
+            (1, b"1\ndata: x\n\n"),
+            (0, b"1\ndata: x\n\n"),
+        ];
+        for (i, (n, bytes)) in slices.into_iter().enumerate() {
+            t.body(n, bytes, Mark::new(20 + i as u64, 0));
+        }
+        t.body_end(1, BodyEnd::Complete, Mark::new(30, 0));
+        t.finish(None, false, Mark::new(40, 0));
+        let firsts: Vec<(u32, Option<&str>)> = t
+            .resumes
+            .iter()
+            .map(|r| (r.exchange, r.first_event_id.as_deref()))
+            .collect();
+        // Exchange 1 ended first; the others were decided at the end, in exchange order.
+        assert_eq!(firsts, [(1, Some("11")), (0, Some("1")), (2, None)]);
+        let events: Vec<(u32, u64)> = t
+            .summaries
+            .iter()
+            .map(|x| (x.exchange, x.stream.as_ref().map_or(0, |s| s.events)))
+            .collect();
+        assert_eq!(events, [(1, 1), (0, 1), (2, 0)]);
+    }
+
+    #[test]
+    fn rising_integer_ids_leading_zeros_and_repeats() {
+        // Rising integers: no duplicates, and the last id keeps its text.
+        let (_, x) = exchange(
+            b"id: 8\ndata: a\n\nid: 9\ndata: b\n\nid: 10\ndata: c\n\n",
+            &[],
+            Some("7"),
+        );
+        let s = x[0].stream.as_deref().unwrap();
+        assert!(s.dup_ids.is_empty());
+        assert_eq!(s.last_id.as_ref().unwrap().text, "10");
+        assert_eq!(s.last_id.as_ref().unwrap().id_index, 2);
+        // "08" and "8" are different ids with one value; the last id is quoted as sent.
+        let (_, x) = exchange(b"id: 8\ndata: a\n\nid: 08\ndata: b\n\n", &[], Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        assert!(s.dup_ids.is_empty());
+        assert_eq!(s.last_id.as_ref().unwrap().text, "08");
+        // A canonical integer after a text id replaces it as the last id.
+        let (_, x) = exchange(b"id: a-1\ndata: a\n\nid: 12\ndata: b\n\n", &[], Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        assert_eq!(s.last_id.as_ref().unwrap().text, "12");
+        assert_eq!(s.last_id.as_ref().unwrap().mark, Mark::new(3, 30));
+        // Ids that stop rising: each repeat after its previous delivery, in stream order,
+        // also when the repeated id came while the ids still rose.
+        let body = b"id: 8\ndata: a\n\nid: 9\ndata: b\n\nid: 10\ndata: c\n\nid: 9\ndata: d\n\n\
+                     id: x\ndata: e\n\nid: 8\ndata: f\n\nid: 9\ndata: g\n\nid: x\ndata: h\n\n";
+        // One frame per byte, so that every event has its own mark.
+        let cuts: Vec<usize> = (1..body.len()).collect();
+        let (_, x) = exchange(body, &cuts, Some("7"));
+        let s = x[0].stream.as_deref().unwrap();
+        let texts: Vec<&str> = s.dup_ids.iter().map(|d| d.text.as_str()).collect();
+        assert_eq!(texts, ["9", "8", "9", "x"]);
+        assert!(s.dup_ids.iter().all(|d| d.first.frame < d.again.frame));
+        assert_eq!(s.dup_ids[2].first, s.dup_ids[0].again);
     }
 
     #[test]
