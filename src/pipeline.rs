@@ -38,8 +38,9 @@ use crate::verdict::{LimitHit, Verdict};
 /// How a run is done.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Threads (1: everything on the calling thread; N > 1 on one capture: the reader and
-    /// N - 1 workers; several inputs: N inputs at a time, each on one thread).
+    /// Threads (1: everything on the calling thread; N > 1 on one capture: N workers, besides
+    /// the reader and the session stage; several inputs: N inputs at a time, each on one
+    /// thread).
     pub threads: usize,
     pub limits: Limits,
     /// Advanced by the capture bytes read, over all inputs (its length is the caller's to set);
@@ -935,8 +936,10 @@ impl Batch {
 
 const BATCH_BYTES: usize = 256 << 10;
 const BATCH_MSGS: usize = 2048;
-/// Batches queued per worker before the reader waits.
-const BATCHES_QUEUED: usize = 4;
+/// Batches queued per worker before the reader waits: with more threads than cores, the
+/// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
+/// (4 MiB per worker; 4 batches left them idle a quarter of the time on two cores).
+const BATCHES_QUEUED: usize = 16;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
@@ -944,20 +947,18 @@ const HAND_OVER_FRAMES: u64 = 1 << 14;
 /// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
 
-struct Threaded<'s> {
+struct Threaded {
     senders: Vec<mpsc::SyncSender<Batch>>,
     pending: Vec<Batch>,
     /// Batches the workers are done with, emptied, to be filled again: a fresh batch is large
     /// enough that the allocator maps and unmaps it each time, which costs more than the copy.
     /// At most `BATCHES_QUEUED + 2` batches per worker ever exist.
     spare: mpsc::Receiver<Batch>,
-    handed: mpsc::Receiver<Handed>,
-    merger: Merger<'s>,
     /// The last frame whose messages are all given.
     done: u64,
 }
 
-impl Threaded<'_> {
+impl Threaded {
     fn shard_of(&self, stream: u64) -> usize {
         (stream % self.senders.len() as u64) as usize
     }
@@ -985,17 +986,9 @@ impl Threaded<'_> {
         // A closed channel means the worker is gone; its results are lost either way.
         let _ = self.senders[shard].send(full);
     }
-
-    /// Takes what the workers have given back so far.
-    fn collect(&mut self) {
-        while let Ok((shard, done, mut events)) = self.handed.try_recv() {
-            self.merger.take(shard, done, &mut events);
-        }
-        self.merger.release();
-    }
 }
 
-impl Dispatch for Threaded<'_> {
+impl Dispatch for Threaded {
     fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
         let s = self.shard_of(m.stream);
         self.push(s, ShardMsg::Packet(m, 0, 0), payload);
@@ -1014,7 +1007,6 @@ impl Dispatch for Threaded<'_> {
             for s in 0..self.senders.len() {
                 self.flush(s);
             }
-            self.collect();
         }
     }
 }
@@ -1118,15 +1110,23 @@ fn analyze_capture<R: Read>(
         merger.take(0, END_OF_INPUT, &mut shard.events);
         (vec![shard], merger.finish())
     } else {
-        // The reader is a thread of its own and takes about half the work, so `threads`
-        // counts it: one reader and one worker keep two cores busy without the reader waiting
-        // for a core it shares with two workers.
-        let n = opts.threads - 1;
+        // The reader and the session stage are threads of their own besides the workers: the
+        // workers do about two thirds of the work, and the reader and the stage fill the
+        // gaps the workers leave on the cores.
+        let n = opts.threads;
         std::thread::scope(|scope| {
             let mut senders = Vec::with_capacity(n);
             let mut handles = Vec::with_capacity(n);
             let (spare_tx, spare) = mpsc::channel::<Batch>();
             let (handed_tx, handed) = mpsc::channel::<Handed>();
+            let stage = scope.spawn(move || {
+                let mut merger = Merger::new(n, opts, sink);
+                for (w, done, mut events) in handed {
+                    merger.take(w, done, &mut events);
+                    merger.release();
+                }
+                merger.finish()
+            });
             for w in 0..n {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
@@ -1144,19 +1144,18 @@ fn analyze_capture<R: Read>(
                         batch.bytes.clear();
                         // The reader may be done already; then the batch is simply freed.
                         let _ = spare_tx.send(batch);
-                        let _ = handed_tx.send((w, done, std::mem::take(&mut shard.events)));
+                        if !shard.events.is_empty() || done.is_multiple_of(HAND_OVER_FRAMES) {
+                            let _ = handed_tx.send((w, done, std::mem::take(&mut shard.events)));
+                        }
                     }
                     shard
                 }));
             }
             drop(spare_tx);
-            drop(handed_tx);
             let mut threaded = Threaded {
                 pending: (0..n).map(|_| Batch::new()).collect(),
                 senders,
                 spare,
-                handed,
-                merger: Merger::new(n, opts, sink),
                 done: 0,
             };
             let (last, table) = read_packets(name, src, opts, &mut threaded, report);
@@ -1164,27 +1163,21 @@ fn analyze_capture<R: Read>(
             for s in 0..n {
                 threaded.flush(s);
             }
-            let Threaded {
-                senders,
-                handed,
-                mut merger,
-                ..
-            } = threaded;
-            drop(senders);
-            let shards: Vec<Shard> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
-            while let Ok((w, done, mut events)) = handed.try_recv() {
-                merger.take(w, done, &mut events);
-            }
-            let shards: Vec<Shard> = shards
+            drop(threaded);
+            let shards: Vec<Shard> = handles
                 .into_iter()
+                .filter_map(|h| h.join().ok())
                 .enumerate()
                 .map(|(w, shard)| {
                     let mut shard = shard.finish(last);
-                    merger.take(w, END_OF_INPUT, &mut shard.events);
+                    let events = std::mem::take(&mut shard.events);
+                    let _ = handed_tx.send((w, END_OF_INPUT, events));
                     shard
                 })
                 .collect();
-            (shards, merger.finish())
+            drop(handed_tx);
+            let stats = stage.join().unwrap_or_default();
+            (shards, stats)
         })
     };
     for shard in shards {

@@ -449,8 +449,9 @@ impl CrossIndex {
     }
 }
 
-/// Where the stage's results go, each once its session is audited.
-pub trait Sink {
+/// Where the stage's results go, each once its session is audited (on a thread of its own
+/// when a capture is read by several).
+pub trait Sink: Send {
     /// A resume, with its forensics filled in.
     fn resume(&mut self, r: ResumeRecord);
     /// A finding tied to no resume.
