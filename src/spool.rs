@@ -6,35 +6,51 @@
 //! resume, then session views), the run's counters, and, on request, what the account for a
 //! person needs ([`HumanNotes`]).
 //! Invariants:
-//! - Memory: the lines wait in a buffer of [`SPOOL_MEMORY`] bytes, then in an unnamed
-//!   temporary file; what stays in memory per record is its sort key and place (a few dozen
-//!   bytes), never the record.
+//! - Memory does not grow with the number of records: lines gather in a run of
+//!   [`SPOOL_MEMORY`] bytes; a full run is sorted and written to an unnamed temporary file,
+//!   and the runs are merged when the input is over, at most [`MERGE_FAN_IN`] at a time.
 //! - The order depends on the records only (ties keep the order they came in, which the
 //!   stage makes independent of threads).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 
 use crate::report::{self, HumanNotes, Summary};
 use crate::session::ResumeRecord;
 use crate::sessions::{self, Finding, SessionView, Severity};
 
-/// Bytes of lines kept in memory before the spool moves them to a temporary file.
+/// Bytes of lines gathered in memory before they are sorted and moved to the file as a run.
 pub const SPOOL_MEMORY: usize = 1 << 20;
+/// Runs merged at once; more are first merged into longer runs.
+pub const MERGE_FAN_IN: usize = 64;
+/// Bytes read ahead from each run while merging.
+const RUN_READ_AHEAD: usize = 32 << 10;
 
-/// Where a line sorts among the lines of its section.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// Where a line sorts: its section (resumes, findings, views), then the section's order, then
+/// the order lines came in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 struct SortKey {
+    section: u8,
     words: [u64; 4],
     text: Option<Box<str>>,
     seq: u64,
 }
 
+/// A line waiting in memory: its key and where it sits in the run's bytes.
 #[derive(Debug)]
 struct Slot {
     key: SortKey,
-    offset: u64,
-    len: u32,
+    from: usize,
+    to: usize,
+}
+
+/// A sorted run in the file: `[from, to)`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    from: u64,
+    to: u64,
 }
 
 /// The lines of one input, their counters and (on request) the notes for a person.
@@ -42,11 +58,13 @@ pub struct Spool {
     input: String,
     memory: usize,
     buf: Vec<u8>,
+    slots: Vec<Slot>,
     file: Option<File>,
-    /// Bytes in the file (the buffer's lines come after them).
-    spilled: u64,
-    sections: [Vec<Slot>; 3],
+    /// Bytes in the file.
+    file_len: u64,
+    runs: Vec<Run>,
     seq: u64,
+    counts: [usize; 3],
     /// Verdicts and findings counted as they come.
     pub summary: Summary,
     /// A resume with a finding verdict, or an error finding.
@@ -57,9 +75,9 @@ pub struct Spool {
     line: Vec<u8>,
 }
 
-const RESUMES: usize = 0;
-const FINDINGS: usize = 1;
-const VIEWS: usize = 2;
+const RESUMES: u8 = 0;
+const FINDINGS: u8 = 1;
+const VIEWS: u8 = 2;
 
 impl Spool {
     pub fn new(input: &str, human: bool) -> Self {
@@ -72,10 +90,12 @@ impl Spool {
             input: input.to_string(),
             memory,
             buf: Vec::new(),
+            slots: Vec::new(),
             file: None,
-            spilled: 0,
-            sections: [Vec::new(), Vec::new(), Vec::new()],
+            file_len: 0,
+            runs: Vec::new(),
             seq: 0,
+            counts: [0; 3],
             summary: Summary::new(),
             findings: false,
             human: human.then(HumanNotes::default),
@@ -84,46 +104,67 @@ impl Spool {
         }
     }
 
-    /// Records held: resumes, findings tied to no resume, session views.
+    /// Records taken: resumes, findings tied to no resume, session views.
     pub fn counts(&self) -> [usize; 3] {
-        [
-            self.sections[RESUMES].len(),
-            self.sections[FINDINGS].len(),
-            self.sections[VIEWS].len(),
-        ]
+        self.counts
     }
 
-    fn push(&mut self, section: usize, words: [u64; 4], text: Option<&str>) {
+    /// Runs written to the temporary file so far.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    fn push(&mut self, section: u8, words: [u64; 4], text: Option<&str>) {
         self.seq += 1;
+        self.counts[usize::from(section)] += 1;
         let key = SortKey {
+            section,
             words,
             text: text.map(Box::from),
             seq: self.seq,
         };
-        let offset = self.spilled + self.buf.len() as u64;
-        // A line longer than 4 GiB cannot come from bounded records; it is cut rather than
-        // mis-indexed.
-        let len = u32::try_from(self.line.len()).unwrap_or(u32::MAX);
-        self.buf.extend_from_slice(&self.line[..len as usize]);
-        self.sections[section].push(Slot { key, offset, len });
+        let from = self.buf.len();
+        self.buf.extend_from_slice(&self.line);
+        self.slots.push(Slot {
+            key,
+            from,
+            to: self.buf.len(),
+        });
         if self.buf.len() >= self.memory && self.spill_error.is_none() {
             self.spill();
         }
     }
 
+    /// Sorts the lines in memory and writes them to the file as one run.
     fn spill(&mut self) {
-        let result = (|| -> std::io::Result<()> {
-            if self.file.is_none() {
-                self.file = Some(temp_file()?);
-            }
-            if let Some(f) = self.file.as_mut() {
-                f.write_all(&self.buf)?;
-            }
-            Ok(())
+        self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let from = self.file_len;
+        let written = (|| -> std::io::Result<u64> {
+            let mut f = match self.file.take() {
+                Some(f) => f,
+                None => temp_file()?,
+            };
+            let result = (|| {
+                f.seek(SeekFrom::Start(from))?;
+                let mut out = Counted::new(BufWriter::new(&mut f));
+                for slot in &self.slots {
+                    let line = self.buf.get(slot.from..slot.to).unwrap_or(&[]);
+                    write_entry(&mut out, &slot.key, line)?;
+                }
+                out.inner.flush()?;
+                Ok(out.count)
+            })();
+            self.file = Some(f);
+            result
         })();
-        match result {
-            Ok(()) => {
-                self.spilled += self.buf.len() as u64;
+        match written {
+            Ok(n) => {
+                self.file_len += n;
+                self.runs.push(Run {
+                    from,
+                    to: self.file_len,
+                });
+                self.slots.clear();
                 self.buf.clear();
             }
             Err(e) => {
@@ -138,32 +179,254 @@ impl Spool {
 
     /// Writes every line in report order.
     pub fn write_to<W: Write + ?Sized>(&mut self, out: &mut W) -> std::io::Result<()> {
-        if let Some(f) = self.file.as_mut() {
-            f.flush()?;
+        if self.runs.is_empty() {
+            self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+            for slot in &self.slots {
+                out.write_all(self.buf.get(slot.from..slot.to).unwrap_or(&[]))?;
+            }
+            return Ok(());
         }
-        let mut line = Vec::new();
-        for section in &mut self.sections {
-            section.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-            for slot in section.iter() {
-                if slot.offset >= self.spilled {
-                    let from = (slot.offset - self.spilled) as usize;
-                    let to = from.saturating_add(slot.len as usize);
-                    out.write_all(self.buf.get(from..to).unwrap_or(&[]))?;
-                } else if let Some(f) = self.file.as_mut() {
-                    line.resize(slot.len as usize, 0);
-                    f.seek(SeekFrom::Start(slot.offset))?;
-                    std::io::Read::read_exact(f, &mut line)?;
-                    out.write_all(&line)?;
-                }
+        if !self.slots.is_empty() {
+            self.spill();
+            if let Some(e) = &self.spill_error {
+                return Err(std::io::Error::other(e.clone()));
             }
         }
-        Ok(())
+        let Some(f) = self.file.as_ref() else {
+            return Ok(());
+        };
+        // Long runs from short ones, at the end of the file, until one merge takes them all.
+        while self.runs.len() > MERGE_FAN_IN {
+            let group: Vec<Run> = self.runs.drain(..MERGE_FAN_IN).collect();
+            let from = self.file_len;
+            let mut tail = TailWriter {
+                f,
+                at: from,
+                buf: Vec::with_capacity(RUN_READ_AHEAD),
+            };
+            merge_runs(f, &group, &mut tail, true)?;
+            tail.flush()?;
+            self.file_len = tail.at;
+            self.runs.push(Run {
+                from,
+                to: self.file_len,
+            });
+        }
+        merge_runs(f, &self.runs, out, false)
     }
 
     fn count_finding(&mut self, f: &Finding) {
         self.summary.count_finding(f);
         self.findings |= f.severity == Severity::Error;
     }
+}
+
+/// Counts the bytes written through it.
+struct Counted<W: Write> {
+    inner: W,
+    count: u64,
+}
+
+impl<W: Write> Counted<W> {
+    fn new(inner: W) -> Self {
+        Counted { inner, count: 0 }
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A run entry: section, four key words, text (length, or `u32::MAX` for none), sequence,
+/// line length, line.
+fn write_entry<W: Write + ?Sized>(out: &mut W, key: &SortKey, line: &[u8]) -> std::io::Result<()> {
+    out.write_all(&[key.section])?;
+    for w in key.words {
+        out.write_all(&w.to_le_bytes())?;
+    }
+    match &key.text {
+        Some(t) => {
+            let len = u32::try_from(t.len()).map_err(std::io::Error::other)?;
+            out.write_all(&len.to_le_bytes())?;
+            out.write_all(t.as_bytes())?;
+        }
+        None => out.write_all(&u32::MAX.to_le_bytes())?,
+    }
+    out.write_all(&key.seq.to_le_bytes())?;
+    let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
+    out.write_all(&len.to_le_bytes())?;
+    out.write_all(line)
+}
+
+/// Appends to the file at its own place, whatever reads happen in between.
+struct TailWriter<'f> {
+    f: &'f File,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl Write for TailWriter<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= RUN_READ_AHEAD {
+            self.flush()?;
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut f = self.f;
+        f.seek(SeekFrom::Start(self.at))?;
+        f.write_all(&self.buf)?;
+        self.at += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Reads one run of the file back, entry by entry, with a read-ahead buffer of its own. The
+/// runs share the file: each read seeks to where this run is.
+struct RunReader {
+    at: u64,
+    end: u64,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl RunReader {
+    fn new(run: Run) -> Self {
+        RunReader {
+            at: run.from,
+            end: run.to,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Makes `n` bytes available at `pos`; false at the end of the run.
+    fn fill(&mut self, mut f: &File, n: usize) -> std::io::Result<bool> {
+        if self.buf.len() - self.pos >= n {
+            return Ok(true);
+        }
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        let want = n.max(RUN_READ_AHEAD).saturating_sub(self.buf.len());
+        let left = self.end.saturating_sub(self.at);
+        let take = (want as u64).min(left) as usize;
+        if take > 0 {
+            f.seek(SeekFrom::Start(self.at))?;
+            let old = self.buf.len();
+            self.buf.resize(old + take, 0);
+            f.read_exact(&mut self.buf[old..])?;
+            self.at += take as u64;
+        }
+        Ok(self.buf.len() >= n)
+    }
+
+    fn take(&mut self, n: usize) -> &[u8] {
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        s
+    }
+
+    fn u32(&mut self, f: &File) -> std::io::Result<u32> {
+        if !self.fill(f, 4)? {
+            return Err(damaged());
+        }
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4));
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self, f: &File) -> std::io::Result<u64> {
+        if !self.fill(f, 8)? {
+            return Err(damaged());
+        }
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8));
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// The next entry: its key and line, or `None` at the end of the run.
+    fn next(&mut self, f: &File) -> std::io::Result<Option<(SortKey, Vec<u8>)>> {
+        if !self.fill(f, 1)? {
+            return Ok(None);
+        }
+        let section = self.take(1)[0];
+        let mut words = [0u64; 4];
+        for w in &mut words {
+            *w = self.u64(f)?;
+        }
+        let text = match self.u32(f)? {
+            u32::MAX => None,
+            n => {
+                let n = n as usize;
+                if !self.fill(f, n)? {
+                    return Err(damaged());
+                }
+                let t = String::from_utf8_lossy(self.take(n)).into_owned();
+                Some(t.into_boxed_str())
+            }
+        };
+        let seq = self.u64(f)?;
+        let len = self.u32(f)? as usize;
+        if !self.fill(f, len)? {
+            return Err(damaged());
+        }
+        let line = self.take(len).to_vec();
+        Ok(Some((
+            SortKey {
+                section,
+                words,
+                text,
+                seq,
+            },
+            line,
+        )))
+    }
+}
+
+fn damaged() -> std::io::Error {
+    std::io::Error::other("the report's temporary file was cut short")
+}
+
+/// Merges sorted runs into `out`: the lines alone, or whole entries (`entries`) for a longer
+/// run.
+fn merge_runs<W: Write + ?Sized>(
+    f: &File,
+    runs: &[Run],
+    out: &mut W,
+    entries: bool,
+) -> std::io::Result<()> {
+    let mut readers: Vec<RunReader> = runs.iter().map(|r| RunReader::new(*r)).collect();
+    let mut heads: Vec<Option<Vec<u8>>> = vec![None; readers.len()];
+    let mut heap = BinaryHeap::new();
+    for (i, r) in readers.iter_mut().enumerate() {
+        if let Some((k, line)) = r.next(f)? {
+            heads[i] = Some(line);
+            heap.push(Reverse((k, i)));
+        }
+    }
+    while let Some(Reverse((k, i))) = heap.pop() {
+        if let Some(line) = heads[i].take() {
+            if entries {
+                write_entry(out, &k, &line)?;
+            } else {
+                out.write_all(&line)?;
+            }
+        }
+        if let Some((k2, line)) = readers[i].next(f)? {
+            heads[i] = Some(line);
+            heap.push(Reverse((k2, i)));
+        }
+    }
+    Ok(())
 }
 
 impl sessions::Sink for Spool {
@@ -290,6 +553,37 @@ mod tests {
     }
 
     #[test]
+    fn many_runs_are_merged_in_rounds_with_the_same_result() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let report = analyze_path(&root.join("fixtures/gen/mixed.pcap"), &Options::default());
+        let feed = |s: &mut Spool| {
+            // The same records many times over, in a scrambled order: ties keep the order
+            // they came in.
+            for round in 0..40 {
+                let mut rs = report.resumes.clone();
+                if round % 2 == 1 {
+                    rs.reverse();
+                }
+                for r in rs {
+                    s.resume(r);
+                }
+            }
+        };
+        let mut whole = Spool::with_memory("in", false, usize::MAX);
+        feed(&mut whole);
+        let mut runs = Spool::with_memory("in", false, 0);
+        feed(&mut runs);
+        assert!(runs.runs() > 2 * MERGE_FAN_IN, "{} runs", runs.runs());
+        let (a, b) = (written(&mut whole), written(&mut runs));
+        assert_eq!(a.len(), b.len());
+        assert!(a == b);
+        assert_eq!(
+            String::from_utf8(b).unwrap().lines().count(),
+            40 * report.resumes.len()
+        );
+    }
+
+    #[test]
     fn lines_come_out_in_report_order_from_memory_or_the_file_alike() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let opts = Options {
@@ -334,8 +628,9 @@ mod tests {
                         "{cap}, memory {memory}, reverse {reverse}:\n{}",
                         String::from_utf8_lossy(&got)
                     );
-                    // Only a spool given no room has moved its lines to a file.
-                    assert_eq!(s.spilled > 0, memory != usize::MAX, "{cap} {memory}");
+                    // Only a spool given no room has moved its lines to a file; with none,
+                    // every line is a run, and runs are merged in several rounds.
+                    assert_eq!(s.runs() > 0, memory != usize::MAX, "{cap} {memory}");
                     assert_eq!(s.summary.resumes, report.resumes.len() as u64);
                 }
             }
