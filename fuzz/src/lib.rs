@@ -562,13 +562,25 @@ pub fn pipeline(data: &[u8]) {
         mcp_resume_audit::report::write_session(&mut out, "fuzz-input", v)
             .expect("writing to memory");
     }
-    mcp_resume_audit::report::write_human_input(
-        &mut out,
-        "fuzz-input",
-        &report.resumes,
-        &report.findings,
-    )
-    .expect("writing to memory");
+    // The spool, which sorts through runs on disk, gives the same lines in the same order.
+    use mcp_resume_audit::sessions::Sink;
+    let mut spool = mcp_resume_audit::spool::Spool::with_memory("fuzz-input", true, 512);
+    for v in &report.views {
+        spool.view(v.clone());
+    }
+    for f in &report.findings {
+        spool.finding(f.clone());
+    }
+    for r in &report.resumes {
+        spool.resume(r.clone());
+    }
+    let mut spooled = Vec::new();
+    spool.write_to(&mut spooled).expect("writing to memory");
+    assert!(spooled == out, "the spool changed the report");
+    if let Some(notes) = spool.human.as_mut() {
+        mcp_resume_audit::report::write_human_input(&mut out, "fuzz-input", notes)
+            .expect("writing to memory");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
