@@ -944,6 +944,10 @@ const BATCHES_QUEUED: usize = 16;
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
 
+/// Hand-overs queued for the session stage before the workers wait: one hand-over holds the
+/// exchanges a batch ended, which for tiny packets can be a thousand, so few are allowed.
+const HANDED_QUEUED: usize = 4;
+
 /// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
 
@@ -1118,7 +1122,9 @@ fn analyze_capture<R: Read>(
             let mut senders = Vec::with_capacity(n);
             let mut handles = Vec::with_capacity(n);
             let (spare_tx, spare) = mpsc::channel::<Batch>();
-            let (handed_tx, handed) = mpsc::channel::<Handed>();
+            // Bounded, so that a stage slower than the workers (a huge session's audits) holds
+            // them back rather than its queue growing.
+            let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
             let stage = scope.spawn(move || {
                 let mut merger = Merger::new(n, opts, sink);
                 for (w, done, mut events) in handed {

@@ -285,6 +285,9 @@ type At<'a, F> = (usize, &'a F);
 /// Indexes over one session's kept facts.
 struct SessionIndex<'a> {
     members: &'a [usize],
+    /// The members whose streams carried ids: the ones a cursor or a namespace can come from
+    /// (most exchanges of a long session carry none, and each audit looks at these).
+    with_ids: Vec<usize>,
     ids: FactMap<Vec<At<'a, IdFact>>>,
     content: FactMap<Vec<At<'a, ContentFact>>>,
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
@@ -296,6 +299,7 @@ impl<'a> SessionIndex<'a> {
     fn build(xs: &'a [ExchangeSummary], members: &'a [usize]) -> Self {
         let mut ix = SessionIndex {
             members,
+            with_ids: Vec::new(),
             ids: FactMap::default(),
             content: FactMap::default(),
             rpc: FactMap::default(),
@@ -305,6 +309,9 @@ impl<'a> SessionIndex<'a> {
             let Some(s) = xs[i].stream.as_deref() else {
                 continue;
             };
+            if s.ids > 0 {
+                ix.with_ids.push(i);
+            }
             for f in s.id_facts.iter() {
                 ix.ids.entry(f.hash).or_default().push((i, f));
             }
@@ -1444,7 +1451,7 @@ fn audit_cursor(
     // Not seen delivered: compare with the highest comparable id the session was sent.
     let mut best: Option<(String, Mark, usize)> = None;
     let mut gaps = false;
-    for &j in ix.members {
+    for &j in &ix.with_ids {
         if j == xi || xs[j].start().frame >= before {
             continue;
         }
@@ -1533,7 +1540,7 @@ fn cross_session<'a>(
     let own = x.session_id.as_deref()?;
     let mut own_keys: HashSet<u64> = HashSet::new();
     let mut own_ids = false;
-    for &j in ix.members {
+    for &j in &ix.with_ids {
         if j == xi || xs[j].start().frame >= before {
             continue;
         }
