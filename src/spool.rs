@@ -335,22 +335,21 @@ impl RunReader {
         s
     }
 
-    fn u32(&mut self, f: &File) -> std::io::Result<u32> {
-        if !self.fill(f, 4)? {
+    fn array<const N: usize>(&mut self, f: &File) -> std::io::Result<[u8; N]> {
+        if !self.fill(f, N)? {
             return Err(damaged());
         }
-        let mut b = [0u8; 4];
-        b.copy_from_slice(self.take(4));
-        Ok(u32::from_le_bytes(b))
+        let mut b = [0u8; N];
+        b.copy_from_slice(self.take(N));
+        Ok(b)
+    }
+
+    fn u32(&mut self, f: &File) -> std::io::Result<u32> {
+        self.array(f).map(u32::from_le_bytes)
     }
 
     fn u64(&mut self, f: &File) -> std::io::Result<u64> {
-        if !self.fill(f, 8)? {
-            return Err(damaged());
-        }
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8));
-        Ok(u64::from_le_bytes(b))
+        self.array(f).map(u64::from_le_bytes)
     }
 
     /// The next entry: its key and line, or `None` at the end of the run.
