@@ -620,13 +620,12 @@ impl Stage {
             ended_in = Some(sid);
         }
         let sid = summary.as_ref().and_then(|x| x.session_id.clone());
-        match summary {
-            Some(x) if x.session_id.is_some() => {
-                let sid = x.session_id.clone().unwrap_or_default();
+        match (summary, sid.as_deref()) {
+            (Some(x), Some(sid)) => {
                 let bytes = held_bytes(&x, resume.as_ref());
-                let name = self.session(&sid).name.clone();
+                let name = self.session(sid).name.clone();
                 self.cross.add(&x, &name);
-                let l = self.session(&sid);
+                let l = self.session(sid);
                 l.terminated |= x.method.as_deref() == Some("DELETE")
                     && x.status.is_some_and(|s| (200..300).contains(&s));
                 l.xs.push(x);
@@ -634,10 +633,10 @@ impl Stage {
                 l.held += bytes;
                 let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
                 self.held += bytes;
-                self.touch(&sid);
+                self.touch(sid);
                 if full {
                     self.stats.sessions_retired_early += 1;
-                    self.retire(&sid, sink);
+                    self.retire(sid, sink);
                 }
             }
             // Nothing to audit it against: it stands on its own stream.
