@@ -229,13 +229,9 @@ pub fn analyze_reader_into<R: Read>(
             analyze_capture(name, chained, opts, &mut report, sink)
         }
         Some(InputKind::Json) => har::analyze_har(name, chained, opts, &mut report, sink),
-        Some(InputKind::Zlib) => har::analyze_har(
-            name,
-            flate2::read::ZlibDecoder::new(chained),
-            opts,
-            &mut report,
-            sink,
-        ),
+        Some(InputKind::Zlib) => {
+            har::analyze_har(name, har::ZlibInput::new(chained), opts, &mut report, sink)
+        }
         None => report.error(format!(
             "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
         )),
