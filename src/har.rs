@@ -84,7 +84,9 @@ pub struct ZlibInput<R: Read> {
     len: usize,
     eof: bool,
     done: bool,
-    error: Option<std::io::Error>,
+    /// The stream's error: every read after it gives it again, so that a reader that tries
+    /// once more is told the same thing.
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 impl<R: Read> ZlibInput<R> {
@@ -97,15 +99,15 @@ impl<R: Read> ZlibInput<R> {
             len: 0,
             eof: false,
             done: false,
-            error: None,
+            failed: None,
         }
     }
 }
 
 impl<R: Read> Read for ZlibInput<R> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
+        if let Some((kind, text)) = &self.failed {
+            return Err(std::io::Error::new(*kind, text.clone()));
         }
         if self.done || out.is_empty() {
             return Ok(0);
@@ -139,19 +141,22 @@ impl<R: Read> Read for ZlibInput<R> {
                 }
                 Ok(_) if made > 0 => return Ok(made),
                 Ok(_) if self.eof && used == 0 => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the zlib stream ends before its end",
-                    ));
+                    let kind = std::io::ErrorKind::UnexpectedEof;
+                    let text = "the zlib stream ends before its end".to_string();
+                    self.failed = Some((kind, text.clone()));
+                    return Err(std::io::Error::new(kind, text));
                 }
                 Ok(_) => {}
-                Err(e) => {
-                    let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+                Err(_) => {
+                    // Not the decoder's own words: where a damaged stream is noticed, and so
+                    // what the decoder says, can depend on how much output room each read gave.
+                    let kind = std::io::ErrorKind::InvalidData;
+                    let text = "the zlib stream is damaged".to_string();
+                    self.failed = Some((kind, text.clone()));
                     if made > 0 {
-                        self.error = Some(e);
                         return Ok(made);
                     }
-                    return Err(e);
+                    return Err(std::io::Error::new(kind, text));
                 }
             }
         }
@@ -1421,6 +1426,31 @@ mod tests {
     }
 
     #[test]
+    fn a_zlib_error_is_given_again_on_every_later_read() {
+        let mut bad = fixture("quirk-zhar.zhar");
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        for step in [1usize, 7, 4096] {
+            let mut z = ZlibInput::new(Pieces {
+                data: &bad,
+                next: move || step,
+            });
+            let mut out = vec![0u8; 333];
+            let first = loop {
+                match z.read(&mut out) {
+                    Ok(0) => panic!("no error at the end"),
+                    Ok(_) => {}
+                    Err(e) => break e.to_string(),
+                }
+            };
+            for _ in 0..3 {
+                let again = z.read(&mut out).expect_err("the error stays");
+                assert_eq!(again.to_string(), first, "read size {step}");
+            }
+        }
+    }
+
+    #[test]
     fn a_damaged_zhar_gives_the_same_answer_however_it_is_read() {
         let good = fixture("quirk-zhar.zhar");
         let whole = analyze_every_way("quirk-zhar.zhar", &good);
@@ -1440,6 +1470,13 @@ mod tests {
         );
         // Cut short in the middle of the stream: what was inflated is read, the same way.
         analyze_every_way("quirk-zhar.zhar", &good[..good.len() / 2]);
+        // Damage anywhere in the deflate data: wherever the decoder notices it, the answer is
+        // the same however the file is read.
+        for at in (2..good.len() - 4).step_by(good.len() / 40 + 1) {
+            let mut bad = good.clone();
+            bad[at] ^= 0xa5;
+            analyze_every_way("quirk-zhar.zhar", &bad);
+        }
     }
 
     #[test]
