@@ -386,20 +386,33 @@ fn read_transcript(bytes: &[u8]) -> ([u8; 2], Vec<Step>) {
     ([bytes[0], bytes[1]], steps)
 }
 
+/// The inputs a fuzz target found bugs with (fixtures/malformed/fuzz/TARGET/), in name order,
+/// with their bytes; at least two.
+fn fuzz_found(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/malformed/fuzz")
+        .join(target);
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixture dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 2, "{dir:?}");
+    paths
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
 /// Inputs on which the `http1_parser` fuzz target once found two answers for two splits
 /// (fixtures/malformed/fuzz/http1_parser/, described in fixtures/malformed/README.md).
 #[test]
 fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/malformed/fuzz/http1_parser");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .flatten()
-        .collect();
-    files.sort_by_key(|e| e.path());
-    assert!(files.len() >= 2);
-    for file in files {
-        let bytes = std::fs::read(file.path()).unwrap();
+    for (path, bytes) in fuzz_found("http1_parser") {
         let (header, steps) = read_transcript(&bytes);
         let limits = Limits {
             max_header_bytes: 256 << (header[1] % 9),
@@ -430,7 +443,7 @@ fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
             log.0
         };
         let reference = run(&whole);
-        let name = file.path().display().to_string();
+        let name = path.display().to_string();
         assert_eq!(run(&bytewise), reference, "{name}");
         for seed in 0..32 {
             assert_eq!(run(&seeded(seed)), reference, "{name} seed {seed}");
@@ -771,29 +784,16 @@ fn fuzz_found_zhar_inputs_give_one_answer_however_read() {
         }
     }
     let seen = |r: &InputReport| format!("{:?}\n{:?}\n{:?}", r.resumes, r.stats, r.messages);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/malformed/fuzz/har");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .flatten()
-        .collect();
-    files.sort_by_key(|e| e.path());
-    assert!(files.len() >= 2);
-    for file in files {
-        let bytes = std::fs::read(file.path()).unwrap();
+    for (path, bytes) in fuzz_found("har") {
         let whole = analyze_reader("fuzz.har", &bytes[..], &Options::default());
-        assert!(whole.failed(), "{:?}: the damage is reported", file.path());
+        assert!(whole.failed(), "{:?}: the damage is reported", path);
         for size in [1, 2, 7, 64, 333, 4096] {
             let cut = analyze_reader(
                 "fuzz.har",
                 Pieces { data: &bytes, size },
                 &Options::default(),
             );
-            assert_eq!(
-                seen(&whole),
-                seen(&cut),
-                "{:?} read {size} at a time",
-                file.path()
-            );
+            assert_eq!(seen(&whole), seen(&cut), "{:?} read {size} at a time", path);
         }
     }
 }
