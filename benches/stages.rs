@@ -16,17 +16,17 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-use mcp_resume_audit::capture::CaptureReader;
-use mcp_resume_audit::decode::{self, Endpoint};
-use mcp_resume_audit::http1::HttpConnection;
-use mcp_resume_audit::pipeline::{self, Options};
+use mcp_resume_audit::app::http1::HttpConnection;
+use mcp_resume_audit::app::sse::SseParser;
+use mcp_resume_audit::driver::{self, Options};
+use mcp_resume_audit::exchange::ExchangeTracker;
+use mcp_resume_audit::input::capture::CaptureReader;
+use mcp_resume_audit::net::decode::{self, Endpoint};
+use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::session::ExchangeTracker;
-use mcp_resume_audit::sse::SseParser;
-use mcp_resume_audit::tcp::{TcpConnection, TcpFlags, TcpSegment};
 
 const CAPTURE_BYTES: u64 = 16 << 20;
 
@@ -407,7 +407,7 @@ fn stages(c: &mut Criterion) {
     g.bench_function("pipeline_j1", |b| {
         let opts = Options::default();
         b.iter(|| {
-            let r = pipeline::analyze_reader("bench", &s.capture[..], &opts);
+            let r = driver::analyze_reader("bench", &s.capture[..], &opts);
             black_box(r.resumes.len())
         })
     });

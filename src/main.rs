@@ -6,10 +6,10 @@ use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use mcp_resume_audit::idshape::IdPattern;
-use mcp_resume_audit::pipeline::{self, HumanReport, Options};
+use mcp_resume_audit::audit;
+use mcp_resume_audit::audit::idshape::IdPattern;
+use mcp_resume_audit::driver::{self, HumanReport, Options};
 use mcp_resume_audit::record::Limits;
-use mcp_resume_audit::sessions;
 
 /// Audits MCP Streamable HTTP stream resumption in packet captures.
 ///
@@ -73,7 +73,7 @@ struct Cli {
 
     /// Memory for the exchanges of sessions not yet audited, in MiB. Past it, the least
     /// recently active sessions are audited early (counted in `sessions_retired_early`).
-    #[arg(long, value_name = "MIB", default_value_t = sessions::DEFAULT_SESSION_MEMORY >> 20)]
+    #[arg(long, value_name = "MIB", default_value_t = audit::DEFAULT_SESSION_MEMORY >> 20)]
     session_memory: usize,
 
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
@@ -146,11 +146,11 @@ fn real_main() -> anyhow::Result<i32> {
             max_sse_field_bytes: cli.max_sse_field.max(16),
             ..Limits::default()
         },
-        forensic: sessions::Options {
+        forensic: audit::Options {
             id_pattern,
             views: cli.sessions,
         },
-        retention: sessions::Retention {
+        retention: audit::Retention {
             memory_bytes: cli.session_memory.saturating_mul(1 << 20),
         },
         human,
@@ -163,14 +163,14 @@ fn real_main() -> anyhow::Result<i32> {
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             let mut out = BufWriter::new(file);
-            let o = pipeline::run(&cli.inputs, &opts, &mut out, &mut err)?;
+            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
             out.flush()?;
             o
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = BufWriter::new(stdout.lock());
-            let o = pipeline::run(&cli.inputs, &opts, &mut out, &mut err);
+            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
             match o {
                 Ok(o) => o,
                 // A closed pipe (`| head`) is not an error worth a message.

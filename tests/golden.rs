@@ -41,7 +41,9 @@ fn render(root: &Path, input: &Path) -> String {
         .expect("run the binary");
     format!(
         "exit: {}\n--- stderr\n{}--- stdout\n{}",
-        out.status.code().map_or("signal".to_string(), |c| c.to_string()),
+        out.status
+            .code()
+            .map_or("signal".to_string(), |c| c.to_string()),
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     )
@@ -64,7 +66,9 @@ fn every_fixture_report_is_unchanged() {
         }
         let want = std::fs::read_to_string(&path).unwrap_or_default();
         if got != want {
-            let actual = root.join("target/golden-actual").join(path.file_name().unwrap());
+            let actual = root
+                .join("target/golden-actual")
+                .join(path.file_name().unwrap());
             std::fs::create_dir_all(actual.parent().unwrap()).unwrap();
             std::fs::write(&actual, &got).unwrap();
             differ.push(format!("{} (now in {})", input.display(), actual.display()));

@@ -13,16 +13,16 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use mcp_resume_audit::capture::CaptureReader;
-use mcp_resume_audit::decode;
-use mcp_resume_audit::http1::HttpConnection;
-use mcp_resume_audit::pipeline::{self, Options};
+use mcp_resume_audit::input::capture::CaptureReader;
+use mcp_resume_audit::net::decode;
+use mcp_resume_audit::app::http1::HttpConnection;
+use mcp_resume_audit::driver::{self, Options};
 use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::sse::{OwnedSseEvent, SseParser};
-use mcp_resume_audit::tcp::{TcpConnection, TcpFlags, TcpSegment};
+use mcp_resume_audit::app::sse::{OwnedSseEvent, SseParser};
+use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 
 /// Runs `harness` on every file named on the command line (directories: every file inside).
 pub fn replay_args(harness: fn(&[u8])) -> ExitCode {
@@ -541,13 +541,13 @@ pub fn pipeline(data: &[u8]) {
             max_sse_field_bytes: 32,
             max_block_bytes: 1 << 16,
         },
-        forensic: mcp_resume_audit::sessions::Options {
+        forensic: mcp_resume_audit::audit::Options {
             id_pattern: None,
             views: true,
         },
         ..Options::default()
     };
-    let report = pipeline::analyze_reader("fuzz-input", data, &opts);
+    let report = driver::analyze_reader("fuzz-input", data, &opts);
     assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
     let mut out = Vec::new();
     for r in &report.resumes {
@@ -563,8 +563,8 @@ pub fn pipeline(data: &[u8]) {
             .expect("writing to memory");
     }
     // The spool, which sorts through runs on disk, gives the same lines in the same order.
-    use mcp_resume_audit::sessions::Sink;
-    let mut spool = mcp_resume_audit::spool::Spool::with_memory("fuzz-input", true, 512);
+    use mcp_resume_audit::audit::Sink;
+    let mut spool = mcp_resume_audit::report::spool::Spool::with_memory("fuzz-input", true, 512);
     for v in &report.views {
         spool.view(v.clone());
     }
@@ -618,13 +618,13 @@ pub fn har(data: &[u8]) {
         ..Options::default()
     };
     let name = "/nonexistent-fuzz-dir/fuzz.har";
-    let whole = pipeline::analyze_reader(name, data, &opts);
+    let whole = driver::analyze_reader(name, data, &opts);
     let seed = data.last().copied().unwrap_or(0);
     let pieces = PieceReader {
         data,
         cuts: Cuts::new(seed),
     };
-    let cut = pipeline::analyze_reader(name, pieces, &opts);
+    let cut = driver::analyze_reader(name, pieces, &opts);
     assert_eq!(
         whole.resumes, cut.resumes,
         "HAR resumes depend on read sizes"

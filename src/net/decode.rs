@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use etherparse::{IpNumber, LaxIpSlice, TcpSlice};
 
-use crate::tcp::TcpFlags;
+use crate::net::tcp::TcpFlags;
 
 /// One end of a TCP connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,17 +9,19 @@
 //! docs/findings.md).
 //! Invariants: no I/O here beyond the writer handed in; the same records give the same bytes.
 
+pub mod spool;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
 use serde::Serialize;
 
-use crate::record::{BodyEnd, Mark};
-use crate::session::{ExchangeSummary, ResumeRecord};
-use crate::sessions::{
+use crate::audit::verdict::{LostRange, Verdict};
+use crate::audit::{
     Cite, Cursor, CursorStatus, Evidence, Finding, FindingKind, SessionView, Severity,
 };
-use crate::verdict::{LostRange, Verdict};
+use crate::exchange::{ExchangeSummary, ResumeRecord};
+use crate::record::{BodyEnd, Mark};
 
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z`.
 pub fn rfc3339_micros(time_ns: i64) -> String {
@@ -467,7 +469,7 @@ pub struct HumanNotes {
 }
 
 fn session_key(sid: Option<&str>) -> Option<u64> {
-    sid.map(|s| crate::session::fact_hash(&[s.as_bytes()]))
+    sid.map(|s| crate::exchange::fact_hash(&[s.as_bytes()]))
 }
 
 impl HumanNotes {
@@ -502,8 +504,8 @@ pub fn write_human_input<W: Write + ?Sized>(
     notes: &mut HumanNotes,
 ) -> std::io::Result<()> {
     type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
-    notes.resumes.sort_by_key(crate::sessions::resume_order);
-    crate::sessions::sort_findings(&mut notes.loose);
+    notes.resumes.sort_by_key(crate::audit::resume_order);
+    crate::audit::sort_findings(&mut notes.loose);
     let mut groups: BTreeMap<Option<&str>, Group<'_>> = BTreeMap::new();
     for r in &notes.resumes {
         groups.entry(r.session_id.as_deref()).or_default().0.push(r);

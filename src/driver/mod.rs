@@ -23,17 +23,17 @@ use std::sync::mpsc;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 
-use crate::capture::{self, CaptureReader, InputKind};
-use crate::decode::{self, Endpoint, Skip};
-use crate::har;
-use crate::http1::HttpConnection;
+use crate::app::http1::HttpConnection;
+use crate::audit::verdict::{LimitHit, Verdict};
+use crate::audit::{self, Finding, SessionView};
+use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
+use crate::input::capture::{self, CaptureReader, InputKind};
+use crate::input::har;
+use crate::net::decode::{self, Endpoint, Skip};
+use crate::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
+use crate::report::spool::Spool;
 use crate::report::{self, InputProblem, Summary};
-use crate::session::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
-use crate::sessions::{self, Finding, SessionView};
-use crate::spool::Spool;
-use crate::tcp::{TcpConnection, TcpFlags, TcpSegment};
-use crate::verdict::{LimitHit, Verdict};
 
 /// How a run is done.
 #[derive(Clone, Debug)]
@@ -47,9 +47,9 @@ pub struct Options {
     /// finished and cleared before [`run`] writes any message.
     pub progress: Option<ProgressBar>,
     /// The session stage: `--id-pattern`, `--sessions`.
-    pub forensic: sessions::Options,
+    pub forensic: audit::Options,
     /// When the session stage audits a session early: `--session-memory`.
-    pub retention: sessions::Retention,
+    pub retention: audit::Retention,
     /// Where the account for a person goes.
     pub human: HumanReport,
 }
@@ -72,8 +72,8 @@ impl Default for Options {
             threads: 1,
             limits: Limits::default(),
             progress: None,
-            forensic: sessions::Options::default(),
-            retention: sessions::Retention::default(),
+            forensic: audit::Options::default(),
+            retention: audit::Retention::default(),
             human: HumanReport::Off,
         }
     }
@@ -151,7 +151,7 @@ impl InputReport {
     }
 
     /// The report with its records, put in report order.
-    fn with(mut self, mut c: sessions::Collected) -> Self {
+    fn with(mut self, mut c: audit::Collected) -> Self {
         c.sort();
         self.resumes = c.resumes;
         self.findings = c.findings;
@@ -167,17 +167,13 @@ impl InputReport {
 /// Analyzes one input named by path (`-` is standard input), its records collected in the
 /// report, in report order.
 pub fn analyze_path(path: &Path, opts: &Options) -> InputReport {
-    let mut c = sessions::Collected::default();
+    let mut c = audit::Collected::default();
     let report = analyze_path_into(path, opts, &mut c);
     report.with(c)
 }
 
 /// Analyzes one input named by path (`-` is standard input); its records go to `sink`.
-pub fn analyze_path_into(
-    path: &Path,
-    opts: &Options,
-    sink: &mut dyn sessions::Sink,
-) -> InputReport {
+pub fn analyze_path_into(path: &Path, opts: &Options, sink: &mut dyn audit::Sink) -> InputReport {
     let name = path.display().to_string();
     if name == "-" {
         return analyze_reader_into(&name, std::io::stdin().lock(), opts, sink);
@@ -195,7 +191,7 @@ pub fn analyze_path_into(
 /// Analyzes one input from any reader, its records collected in the report, in report order;
 /// `name` is how messages and the report cite it.
 pub fn analyze_reader<R: Read>(name: &str, src: R, opts: &Options) -> InputReport {
-    let mut c = sessions::Collected::default();
+    let mut c = audit::Collected::default();
     let report = analyze_reader_into(name, src, opts, &mut c);
     report.with(c)
 }
@@ -206,7 +202,7 @@ pub fn analyze_reader_into<R: Read>(
     name: &str,
     mut src: R,
     opts: &Options,
-    sink: &mut dyn sessions::Sink,
+    sink: &mut dyn audit::Sink,
 ) -> InputReport {
     let mut report = InputReport::new(name);
     let mut head = [0u8; 64];
@@ -837,17 +833,17 @@ trait Dispatch {
 /// Takes the shards' events for the session stage and gives them to it in key order: an
 /// event is let through once every shard has said it is past the event's frame.
 struct Merger<'s> {
-    stage: sessions::Stage,
-    sink: &'s mut dyn sessions::Sink,
+    stage: audit::Stage,
+    sink: &'s mut dyn audit::Sink,
     pending: Vec<Keyed>,
     /// Per shard, the last frame all of whose events it has handed over.
     done: Vec<u64>,
 }
 
 impl<'s> Merger<'s> {
-    fn new(shards: usize, opts: &Options, sink: &'s mut dyn sessions::Sink) -> Self {
+    fn new(shards: usize, opts: &Options, sink: &'s mut dyn audit::Sink) -> Self {
         Merger {
-            stage: sessions::Stage::new(&opts.forensic, opts.retention),
+            stage: audit::Stage::new(&opts.forensic, opts.retention),
             sink,
             pending: Vec::new(),
             done: vec![0; shards],
@@ -883,7 +879,7 @@ impl<'s> Merger<'s> {
         }
     }
 
-    fn finish(mut self) -> sessions::StageStats {
+    fn finish(mut self) -> audit::StageStats {
         for d in &mut self.done {
             *d = END_OF_INPUT;
         }
@@ -1096,7 +1092,7 @@ fn analyze_capture<R: Read>(
     src: R,
     opts: &Options,
     report: &mut InputReport,
-    sink: &mut dyn sessions::Sink,
+    sink: &mut dyn audit::Sink,
 ) {
     let (shards, stage) = if opts.threads <= 1 {
         let mut inline = Inline {
@@ -1195,10 +1191,10 @@ pub fn session_stage(
     report: &mut InputReport,
     summaries: Vec<ExchangeSummary>,
     opts: &Options,
-    sink: &mut dyn sessions::Sink,
+    sink: &mut dyn audit::Sink,
 ) {
     let resumes = std::mem::take(&mut report.resumes);
-    let (resumes, out) = sessions::analyze(resumes, summaries, &opts.forensic);
+    let (resumes, out) = audit::analyze(resumes, summaries, &opts.forensic);
     for r in resumes {
         sink.resume(r);
     }

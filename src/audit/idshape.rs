@@ -13,7 +13,7 @@ use std::cmp::Ordering;
 
 use regex::Regex;
 
-use crate::verdict::DecimalId;
+use crate::audit::verdict::DecimalId;
 
 /// Digit runs considered as the counter, counted from the end of the id. Real ids put their
 /// counter last (`<stream>_<n>`, `event-<n>`) or first (`<n>/<request>`); four covers both with
@@ -113,8 +113,8 @@ pub fn is_successor(prev: &str, next: &str) -> bool {
         }
     }
     matches!(
-        crate::verdict::compare_ids(prev, next),
-        Some(crate::verdict::IdOrder::Next)
+        crate::audit::verdict::compare_ids(prev, next),
+        Some(crate::audit::verdict::IdOrder::Next)
     )
 }
 

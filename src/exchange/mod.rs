@@ -3,10 +3,10 @@
 //! Input: the HTTP exchanges of one connection (as an [`HttpSink`]), with the bodies of
 //! `text/event-stream` answers run through the SSE parser.
 //! Output: one [`ResumeRecord`] per request that carried `Last-Event-ID`, decided by
-//! [`crate::verdict::decide`]; one [`ExchangeSummary`] per exchange that belongs to an MCP
+//! [`crate::audit::verdict::decide`]; one [`ExchangeSummary`] per exchange that belongs to an MCP
 //! session or answered with an event stream, carrying bounded facts about the stream (hashes
 //! of its ids and of its distinctive events, with the frames that carried them) for the
-//! session stage ([`crate::sessions`]); and the set of session ids seen.
+//! session stage ([`crate::audit`]); and the set of session ids seen.
 //! Invariants: per exchange only derived facts are kept (ids, hashes, counters, marks), never a
 //! body; per stream every list is capped (first and last [`FACTS_HEAD`]/[`FACTS_TAIL`] facts,
 //! a few progress tokens, retry values, shapes), and what a cap drops is counted; state for
@@ -18,16 +18,16 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hasher;
 
-use crate::decode::Endpoint;
-use crate::idshape;
-use crate::jsonrpc::{self, RpcFact};
+use crate::app::jsonrpc::{self, RpcFact};
+use crate::app::sse::{EventSink, SseEvent, SseParser};
+use crate::audit::Forensics;
+use crate::audit::idshape;
+use crate::audit::verdict::{
+    self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
+};
+use crate::net::decode::Endpoint;
 use crate::record::{
     Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
-};
-use crate::sessions::Forensics;
-use crate::sse::{EventSink, SseEvent, SseParser};
-use crate::verdict::{
-    self, DecimalId, Decision, LimitHit, NoAnswer, ResponseFacts, StreamOutcome, Verdict,
 };
 
 /// Facts (ids, distinctive events) kept from the start of each stream: a replay from zero

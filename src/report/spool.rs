@@ -1,7 +1,7 @@
 //! The records of one input on their way out: written as JSON lines as soon as the session
 //! stage lets them go, and put in report order only when the input is over.
 //!
-//! Input: resumes, findings and session views ([`sessions::Sink`]), in any order.
+//! Input: resumes, findings and session views ([`audit::Sink`]), in any order.
 //! Output: the JSON lines in report order (resumes by request time, then findings tied to no
 //! resume, then session views), the run's counters, and, on request, what the account for a
 //! person needs ([`HumanNotes`]).
@@ -17,9 +17,9 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 
+use crate::audit::{self, Finding, SessionView, Severity};
+use crate::exchange::ResumeRecord;
 use crate::report::{self, HumanNotes, Summary};
-use crate::session::ResumeRecord;
-use crate::sessions::{self, Finding, SessionView, Severity};
 
 /// Bytes of lines gathered in memory before they are sorted and moved to the file as a run.
 pub const SPOOL_MEMORY: usize = 1 << 20;
@@ -428,7 +428,7 @@ fn merge_runs<W: Write + ?Sized>(
     Ok(())
 }
 
-impl sessions::Sink for Spool {
+impl audit::Sink for Spool {
     fn resume(&mut self, r: ResumeRecord) {
         self.summary.count_verdict(r.decision.verdict);
         self.findings |= r.decision.verdict.is_finding();
@@ -453,7 +453,7 @@ impl sessions::Sink for Spool {
         let mut line = std::mem::take(&mut self.line);
         let _ = report::write_finding(&mut line, &self.input, &f);
         self.line = line;
-        let (frame, kind, sid) = sessions::finding_order(&f);
+        let (frame, kind, sid) = audit::finding_order(&f);
         let words = [frame.map_or(0, |f| f.saturating_add(1)), kind as u64, 0, 0];
         let sid = sid.map(str::to_string);
         self.push(FINDINGS, words, sid.as_deref());
@@ -518,8 +518,8 @@ fn temp_file() -> std::io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::{Options, analyze_path};
-    use crate::sessions::Sink;
+    use crate::audit::Sink;
+    use crate::driver::{Options, analyze_path};
 
     fn written(spool: &mut Spool) -> Vec<u8> {
         let mut out = Vec::new();
@@ -528,7 +528,7 @@ mod tests {
     }
 
     /// Feeds the records of `report`, in report order or reversed, to a spool of `memory` bytes.
-    fn spool_of(report: &crate::pipeline::InputReport, memory: usize, reverse: bool) -> Spool {
+    fn spool_of(report: &crate::driver::InputReport, memory: usize, reverse: bool) -> Spool {
         let mut s = Spool::with_memory("in", true, memory);
         let mut rs = report.resumes.clone();
         let mut fs = report.findings.clone();
@@ -586,7 +586,7 @@ mod tests {
     fn lines_come_out_in_report_order_from_memory_or_the_file_alike() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let opts = Options {
-            forensic: crate::sessions::Options {
+            forensic: crate::audit::Options {
                 views: true,
                 ..Default::default()
             },

@@ -23,19 +23,22 @@
 //!   holds the summaries of sessions not yet audited (bounded as above), and an index of
 //!   [`MAX_CROSS_IDS`] distinctive ids for the cross-session check.
 
+pub mod idshape;
+pub mod verdict;
+
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::idshape::{self, IdPattern};
-use crate::record::Mark;
-use crate::session::{
+use crate::exchange::{
     ContentFact, ContentKind, ExchangeSummary, FactMap, IdFact, ResumeRecord, StreamSummary,
     fact_hash,
 };
-use crate::verdict::{self, Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
+use crate::record::Mark;
+use idshape::IdPattern;
+use verdict::{Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
 
 /// How the session stage runs.
 #[derive(Clone, Debug, Default)]
@@ -736,11 +739,11 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
                 .map(|f| f.text.as_ref().map_or(0, |t| t.len()))
                 .sum::<usize>()
             + s.content.iter().count() * size_of::<ContentFact>()
-            + s.progress.capacity() * (size_of::<crate::session::ProgressTrack>() + 32)
-            + s.list_changed.capacity() * (size_of::<crate::session::ListChangedFact>() + 48)
-            + s.shapes.capacity() * (size_of::<crate::session::ShapeTally>() + 32)
+            + s.progress.capacity() * (size_of::<crate::exchange::ProgressTrack>() + 32)
+            + s.list_changed.capacity() * (size_of::<crate::exchange::ListChangedFact>() + 48)
+            + s.shapes.capacity() * (size_of::<crate::exchange::ShapeTally>() + 32)
             + s.keys.capacity() * size_of::<u64>()
-            + s.dup_ids.len() * (size_of::<crate::session::DupId>() + 32)
+            + s.dup_ids.len() * (size_of::<crate::exchange::DupId>() + 32)
             + s.retry.capacity() * size_of::<(u64, Mark)>()
             + [&s.first_id, &s.last_id, &s.max_int_id]
                 .iter()
@@ -1095,7 +1098,10 @@ fn audit_resume<'a>(
                     })
                 }
             }
-        } else if !f.text.as_deref().is_some_and(crate::session::is_integer_id)
+        } else if !f
+            .text
+            .as_deref()
+            .is_some_and(crate::exchange::is_integer_id)
             && let Some(e) = elsewhere(d, &links, xi, f.mark.frame)
         {
             // Integer ids are often counted per stream, so the same integer on two streams
@@ -1456,7 +1462,7 @@ fn audit_cursor(
         }
         let Some(s) = stream_of(xs, j) else { continue };
         let candidate = match &s.max_int_id {
-            Some(m) if m.mark.frame < before && crate::session::is_integer_id(last_event_id) => {
+            Some(m) if m.mark.frame < before && crate::exchange::is_integer_id(last_event_id) => {
                 Some((m.text.clone(), m.mark))
             }
             _ => last_id_before(s, before).and_then(|(_, m, t)| Some((t?, m))),
@@ -1563,7 +1569,7 @@ fn cross_session<'a>(
         let text = f.text.as_deref().unwrap_or("");
         if other == own
             || d.mark.frame >= f.mark.frame
-            || crate::session::is_integer_id(text)
+            || crate::exchange::is_integer_id(text)
             || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
             || own_keys.contains(&f.key)
         {
@@ -1722,7 +1728,7 @@ fn symptoms(
         // ids that are unique in a session (not integers), anywhere else.
         let d = ix.ids.get(hash);
         let earlier = acknowledged(d, links, lc.mark.frame).or_else(|| {
-            if crate::session::is_integer_id(text) {
+            if crate::exchange::is_integer_id(text) {
                 None
             } else {
                 elsewhere(d, links, xi, lc.mark.frame)
@@ -1969,8 +1975,8 @@ fn view(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
-    use crate::session::{ConnectionRef, ExchangeTracker};
 
     /// A capture built exchange by exchange: each on its own connection, frames in order.
     #[derive(Clone, Default)]

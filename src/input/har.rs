@@ -35,10 +35,10 @@ use memchr::{memchr, memchr2};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::pipeline::{InputReport, Options};
+use crate::audit::verdict::{Decision, Verdict};
+use crate::driver::{InputReport, Options};
+use crate::exchange::{ConnectionRef, ExchangeTracker};
 use crate::record::{BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd};
-use crate::session::{ConnectionRef, ExchangeTracker};
-use crate::verdict::{Decision, Verdict};
 
 /// Largest entry (its raw JSON) accepted; a larger one is reported and skipped.
 pub const MAX_ENTRY_BYTES: usize = 1 << 30;
@@ -170,7 +170,7 @@ pub fn analyze_har<R: Read>(
     src: R,
     opts: &Options,
     report: &mut InputReport,
-    sink: &mut dyn crate::sessions::Sink,
+    sink: &mut dyn crate::audit::Sink,
 ) {
     analyze_har_bounded(name, src, opts, MAX_ENTRY_BYTES, report, sink);
 }
@@ -182,7 +182,7 @@ pub fn analyze_har_bounded<R: Read>(
     opts: &Options,
     max_entry_bytes: usize,
     report: &mut InputReport,
-    sink: &mut dyn crate::sessions::Sink,
+    sink: &mut dyn crate::audit::Sink,
 ) {
     let mut scan = Scanner::new(src);
     let mut run = HarRun {
@@ -197,7 +197,7 @@ pub fn analyze_har_bounded<R: Read>(
     };
     let walked = walk(&mut scan, &mut run, max_entry_bytes);
     let summaries = std::mem::take(&mut run.summaries);
-    crate::pipeline::session_stage(run.report, summaries, opts, sink);
+    crate::driver::session_stage(run.report, summaries, opts, sink);
     if let Err(e) = walked {
         let text = match e.entry {
             Some(i) => format!(
@@ -730,7 +730,7 @@ struct HarRun<'r> {
     limits: &'r Limits,
     report: &'r mut InputReport,
     /// Exchange summaries for the session stage, run once the document is read.
-    summaries: Vec<crate::session::ExchangeSummary>,
+    summaries: Vec<crate::exchange::ExchangeSummary>,
 }
 
 impl HarRun<'_> {
@@ -826,7 +826,7 @@ impl HarRun<'_> {
         for id in &tracker.session_ids {
             self.report
                 .sessions
-                .insert(crate::session::fact_hash(&[id.as_bytes()]));
+                .insert(crate::exchange::fact_hash(&[id.as_bytes()]));
         }
         for mut r in tracker.resumes.drain(..) {
             let answered_stream = r.status.is_some_and(|s| (200..300).contains(&s));
@@ -1360,7 +1360,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::analyze_reader;
+    use crate::driver::analyze_reader;
 
     /// Hands out the input in pieces of the sizes a generator chooses.
     struct Pieces<'a, F: FnMut() -> usize> {
@@ -1557,7 +1557,7 @@ mod tests {
     fn an_oversized_entry_is_skipped_and_named() {
         let data = fixture("mixed.har");
         let mut report = InputReport::default();
-        let mut got = crate::sessions::Collected::default();
+        let mut got = crate::audit::Collected::default();
         analyze_har_bounded(
             "m.har",
             &data[..],
