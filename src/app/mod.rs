@@ -4,6 +4,7 @@
 //! - [`sse`]: events of a `text/event-stream` body.
 //! - [`jsonrpc`]: the few JSON-RPC members the session checks read out of event data.
 
+pub mod coding;
 pub mod http1;
 pub mod jsonrpc;
 pub mod sse;
