@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 
-use crate::app::http1::HttpConnection;
+use crate::app::AppStack;
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
@@ -566,18 +566,20 @@ const END_OF_INPUT: u64 = u64::MAX;
 /// One followed connection.
 struct Conn {
     tcp: TcpConnection,
-    http: HttpConnection,
+    app: AppStack,
     tracker: ExchangeTracker,
     endpoints: (Endpoint, Endpoint),
     ends: [Option<StreamEnd>; 2],
     gaps: [bool; 2],
 }
 
-/// Feeds reassembled bytes to the HTTP parser, remembering how each direction ended.
+/// Feeds reassembled bytes to the connection's application stack, remembering how each
+/// direction ended.
 struct Bridge<'a> {
+    limits: &'a Limits,
     /// Direction of the packet being processed, when it carries a RST.
     rst_from: Option<Direction>,
-    http: &'a mut HttpConnection,
+    app: &'a mut AppStack,
     tracker: &'a mut ExchangeTracker,
     ends: &'a mut [Option<StreamEnd>; 2],
     gaps: &'a mut [bool; 2],
@@ -585,15 +587,11 @@ struct Bridge<'a> {
 
 impl StreamSink for Bridge<'_> {
     fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
-        if !self.http.is_abandoned() {
-            self.http.data(dir, bytes, mark, self.tracker);
-        }
+        self.app.data(self.limits, dir, bytes, mark, self.tracker);
     }
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
         self.gaps[dir.index()] = true;
-        if !self.http.is_abandoned() {
-            self.http.gap(dir, len, mark, self.tracker);
-        }
+        self.app.gap(self.limits, dir, len, mark, self.tracker);
     }
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
         // Who reset matters: a stream cut by its own sender ended there; one cut by the
@@ -603,7 +601,7 @@ impl StreamSink for Bridge<'_> {
             _ => how,
         };
         self.ends[dir.index()] = Some(how);
-        self.http.end(dir, how, mark, self.tracker);
+        self.app.end(self.limits, dir, how, mark, self.tracker);
     }
 }
 
@@ -639,7 +637,7 @@ impl Shard {
             stream,
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
-                http: HttpConnection::new(&self.limits, from_start),
+                app: AppStack::new(from_start),
                 tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 ends: [None; 2],
@@ -660,8 +658,9 @@ impl Shard {
             mark: m.mark,
         };
         let mut bridge = Bridge {
+            limits: &self.limits,
             rst_from: m.flags.rst.then_some(m.dir),
-            http: &mut c.http,
+            app: &mut c.app,
             tracker: &mut c.tracker,
             ends: &mut c.ends,
             gaps: &mut c.gaps,
@@ -672,8 +671,8 @@ impl Shard {
         }
         if c.tcp.is_closed() {
             self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
-        } else if c.http.is_abandoned() {
-            // Not HTTP (or no longer): its state goes now, and its later packets find no
+        } else if c.app.is_done() {
+            // Not readable (or no longer): its state goes now, and its later packets find no
             // connection, so they cost one lookup each.
             self.close(m.stream, StreamEnd::Abandoned, m.mark);
         }
@@ -685,14 +684,15 @@ impl Shard {
             return;
         };
         let mut bridge = Bridge {
+            limits: &self.limits,
             rst_from: None,
-            http: &mut c.http,
+            app: &mut c.app,
             tracker: &mut c.tracker,
             ends: &mut c.ends,
             gaps: &mut c.gaps,
         };
         c.tcp.finish(how, mark, &mut bridge);
-        let server_dir = c.http.client_direction().map(Direction::other);
+        let server_dir = c.app.client_direction().map(Direction::other);
         let server_end = server_dir.and_then(|d| c.ends[d.index()]);
         let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()]);
         c.tracker.finish(server_end, server_gaps, mark);
@@ -753,7 +753,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         return;
     }
     let (fwd, rev) = c.endpoints;
-    let (client, server) = match c.http.client_direction() {
+    let (client, server) = match c.app.client_direction() {
         Some(Direction::Forward) => (Some(fwd), Some(rev)),
         Some(Direction::Reverse) => (Some(rev), Some(fwd)),
         None => (None, None),
