@@ -14,9 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
@@ -30,7 +28,8 @@ use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRec
 use crate::input::capture::{self, CaptureReader, InputKind};
 use crate::input::har;
 use crate::net::decode::{self, Endpoint, Skip};
-use crate::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
+use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
+use crate::net::tcp::{TcpConnection, TcpSegment};
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::spool::Spool;
 use crate::report::{self, InputProblem, Summary};
@@ -224,9 +223,13 @@ pub fn analyze_reader_into<R: Read>(
         Some(InputKind::Pcap | InputKind::PcapNg) => {
             analyze_capture(name, chained, opts, &mut report, sink)
         }
-        Some(InputKind::Json) => har::analyze_har(name, chained, opts, &mut report, sink),
+        Some(InputKind::Json) => {
+            let exchanges = har::read_har(name, chained, &opts.limits);
+            har_session_stage(&mut report, exchanges, opts, sink);
+        }
         Some(InputKind::Zlib) => {
-            har::analyze_har(name, har::ZlibInput::new(chained), opts, &mut report, sink)
+            let exchanges = har::read_har(name, har::ZlibInput::new(chained), &opts.limits);
+            har_session_stage(&mut report, exchanges, opts, sink);
         }
         None => report.error(format!(
             "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
@@ -235,194 +238,13 @@ pub fn analyze_reader_into<R: Read>(
     report
 }
 
-/// Builds [`FoldHasher`]s with a key drawn from the process's random state.
-#[derive(Clone, Debug)]
-struct FoldHashKey(u64);
-
-impl FoldHashKey {
-    fn new() -> Self {
-        // `| 1`: an odd multiplier keeps every input bit in the product.
-        FoldHashKey(std::hash::RandomState::new().hash_one(0x6d63_7061_7564_6974_u64) | 1)
-    }
-}
-
-impl BuildHasher for FoldHashKey {
-    type Hasher = FoldHasher;
-    fn build_hasher(&self) -> FoldHasher {
-        FoldHasher {
-            acc: self.0.rotate_left(29),
-            key: self.0,
+impl From<FlowEvent> for ShardMsg {
+    fn from(e: FlowEvent) -> Self {
+        match e {
+            FlowEvent::Open(s, a, b, syn) => ShardMsg::Open(s, a, b, syn),
+            FlowEvent::End(s, how, mark) => ShardMsg::End(s, how, mark),
         }
     }
-}
-
-/// Keyed multiply-and-fold hashing for the per-packet tables (flows by endpoints, connections
-/// by stream number). SipHash over a pair of endpoints costs more than the rest of a packet's
-/// classification; this costs one wide multiplication per field. The key is random per run,
-/// so a capture cannot be crafted to make endpoints collide.
-struct FoldHasher {
-    acc: u64,
-    key: u64,
-}
-
-impl FoldHasher {
-    #[inline]
-    fn mix(&mut self, word: u64) {
-        let p = u128::from(self.acc ^ word) * u128::from(self.key);
-        self.acc = (p as u64) ^ ((p >> 64) as u64);
-    }
-}
-
-impl Hasher for FoldHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(w);
-            self.mix(u64::from_le_bytes(b));
-        }
-        let rest = words.remainder();
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        // The length goes in too, so trailing zero bytes are not lost.
-        self.mix(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.mix(u64::from(v));
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.mix(u64::from(v));
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.mix(u64::from(v));
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.mix(v);
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.mix(v as u64);
-        self.mix((v >> 64) as u64);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.mix(v as u64);
-    }
-    fn finish(&self) -> u64 {
-        // One more round so the last field's bits reach the low and high ends alike.
-        let p = u128::from(self.acc) * u128::from(self.key.rotate_left(17));
-        (p as u64) ^ ((p >> 64) as u64)
-    }
-}
-
-/// A connection as the reader's flow table knows it.
-struct Flow {
-    stream: u64,
-    /// Whether the first packet's source is the `lo` end of the key.
-    forward_is_lo: bool,
-    fin: [bool; 2],
-    rst: bool,
-    syn_seq: Option<u32>,
-    last_seen_ns: i64,
-    last_seen_packet: u64,
-}
-
-impl Flow {
-    fn closed(&self) -> bool {
-        self.rst || (self.fin[0] && self.fin[1])
-    }
-
-    /// Takes the packet into the connection's state.
-    fn update(
-        &mut self,
-        p: &decode::TcpPacket<'_>,
-        src_is_lo: bool,
-        new_syn: bool,
-        mark: Mark,
-        packet_no: u64,
-    ) -> PacketMsg {
-        let dir = if src_is_lo == self.forward_is_lo {
-            Direction::Forward
-        } else {
-            Direction::Reverse
-        };
-        if new_syn && self.syn_seq.is_none() {
-            self.syn_seq = Some(p.seq);
-        }
-        self.fin[dir.index()] |= p.flags.fin;
-        self.rst |= p.flags.rst;
-        self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
-        self.last_seen_packet = packet_no;
-        PacketMsg {
-            stream: self.stream,
-            dir,
-            seq: p.seq,
-            ack: p.ack,
-            flags: p.flags,
-            mark,
-        }
-    }
-}
-
-/// Canonical key of a 4-tuple, as five words: the two endpoints, lower one first, each as its
-/// address in two words (IPv4 in the low 32 bits), then both ports and the IP version. Word
-/// compares and one multiply per word are what a lookup per packet can afford; the version
-/// keeps IPv4 apart from the IPv6 addresses with the same bits.
-#[derive(Clone, Copy, Debug, Eq)]
-struct FlowKey([u64; 5]);
-
-impl PartialEq for FlowKey {
-    fn eq(&self, other: &Self) -> bool {
-        // Without branches or a call to memcmp: this runs on every packet.
-        self.0
-            .iter()
-            .zip(&other.0)
-            .fold(0, |diff, (a, b)| diff | (a ^ b))
-            == 0
-    }
-}
-
-impl std::hash::Hash for FlowKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // Addresses folded to one word each: equality still compares them whole.
-        let [a_hi, a_lo, b_hi, b_lo, rest] = self.0;
-        state.write_u64(a_lo ^ a_hi.rotate_left(32));
-        state.write_u64(b_lo ^ b_hi.rotate_left(32));
-        state.write_u64(rest);
-    }
-}
-
-fn endpoint_bits(e: &Endpoint) -> (u128, u16) {
-    match e.ip {
-        IpAddr::V4(ip) => (u128::from(ip.to_bits()), e.port),
-        IpAddr::V6(ip) => (ip.to_bits(), e.port),
-    }
-}
-
-/// The key of a packet's connection, and whether the packet's source is the key's lower end.
-fn flow_key(src: &Endpoint, dst: &Endpoint) -> (FlowKey, bool) {
-    let (a, b) = (endpoint_bits(src), endpoint_bits(dst));
-    let src_is_lo = a <= b;
-    let (lo, hi) = if src_is_lo { (a, b) } else { (b, a) };
-    // Both ends of a decoded packet come from one IP header, so they share the version.
-    let v6 = u64::from(src.ip.is_ipv6());
-    let key = FlowKey([
-        (lo.0 >> 64) as u64,
-        lo.0 as u64,
-        (hi.0 >> 64) as u64,
-        hi.0 as u64,
-        u64::from(lo.1) | (u64::from(hi.1) << 16) | (v6 << 32),
-    ]);
-    (key, src_is_lo)
-}
-
-/// What the reader hands a shard for one packet.
-#[derive(Clone, Copy, Debug)]
-struct PacketMsg {
-    stream: u64,
-    dir: Direction,
-    seq: u32,
-    ack: u32,
-    flags: TcpFlags,
-    mark: Mark,
 }
 
 /// Instructions from the reader to the shards.
@@ -431,100 +253,10 @@ enum ShardMsg {
     /// A connection begins: its number, its two endpoints (forward source first), and whether
     /// its first packet is a SYN. Sent apart from packets, which it would make twice as large.
     Open(u64, Endpoint, Endpoint, bool),
-    Packet(PacketMsg, usize, usize),
+    Packet(FlowPacket, usize, usize),
     /// The connection is over for the reader (evicted, or replaced by a new one on the same
     /// 4-tuple): finish it now.
     End(u64, StreamEnd, Mark),
-}
-
-const QUIET_CLOSED_NS: i64 = 60_000_000_000;
-const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
-
-/// The single reader of one capture: numbering of connections and their directions.
-struct FlowTable {
-    flows: HashMap<FlowKey, Flow, FoldHashKey>,
-    next_stream: u64,
-    max_connections: usize,
-    evicted: u64,
-}
-
-impl FlowTable {
-    /// Assigns the packet to a connection and returns its message. On a connection's first
-    /// packet, what goes before that message goes to `sink` first: an `End` for a connection
-    /// replaced by a new one on the same 4-tuple, then the new connection's `Open`.
-    fn classify<D: Dispatch>(
-        &mut self,
-        p: &decode::TcpPacket<'_>,
-        mark: Mark,
-        packet_no: u64,
-        sink: &mut D,
-    ) -> PacketMsg {
-        let (key, src_is_lo) = flow_key(&p.src, &p.dst);
-        let new_syn = p.flags.syn && !p.flags.ack;
-        // The common case, a packet of a known connection, costs one lookup.
-        if let Some(f) = self.flows.get_mut(&key)
-            && !(new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)))
-        {
-            return f.update(p, src_is_lo, new_syn, mark, packet_no);
-        }
-        if let Some(old) = self.flows.remove(&key)
-            && !old.closed()
-        {
-            sink.control(ShardMsg::End(old.stream, StreamEnd::CaptureEnd, mark));
-        }
-        let stream = self.next_stream;
-        self.next_stream += 1;
-        let mut f = Flow {
-            stream,
-            forward_is_lo: src_is_lo,
-            fin: [false; 2],
-            rst: false,
-            syn_seq: None,
-            last_seen_ns: mark.time_ns,
-            last_seen_packet: packet_no,
-        };
-        let msg = f.update(p, src_is_lo, new_syn, mark, packet_no);
-        self.flows.insert(key, f);
-        sink.control(ShardMsg::Open(stream, p.src, p.dst, new_syn));
-        msg
-    }
-
-    /// Keeps the table within bounds; returns the connections to end.
-    fn sweep(&mut self, now: Mark, ends: &mut Vec<ShardMsg>) {
-        let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
-        self.flows.retain(|_, f| {
-            if f.last_seen_ns >= cutoff || !(f.closed() || f.fin[0] || f.fin[1]) {
-                return true;
-            }
-            // Closed by one side only and quiet since: the other side will not close it in
-            // the capture (a client that never answers the server's FIN, say). What it sent
-            // is all there is; it ends as at the end of the capture.
-            if !f.closed() {
-                ends.push(ShardMsg::End(f.stream, StreamEnd::CaptureEnd, now));
-            }
-            false
-        });
-        if self.flows.len() <= self.max_connections {
-            return;
-        }
-        // Evict the least recently active eighth (closed ones first), so the cost is amortized.
-        let target = self.max_connections - self.max_connections / 8;
-        let mut by_age: Vec<(bool, u64, FlowKey)> = self
-            .flows
-            .iter()
-            .map(|(k, f)| (!f.closed(), f.last_seen_packet, *k))
-            .collect();
-        by_age.sort_unstable_by_key(|(open, seen, _)| (*open, *seen));
-        let excess = self.flows.len().saturating_sub(target);
-        for (open, _, key) in by_age.into_iter().take(excess) {
-            if let Some(f) = self.flows.remove(&key)
-                && open
-            {
-                self.evicted += 1;
-                ends.push(ShardMsg::End(f.stream, StreamEnd::Evicted, now));
-            }
-        }
-    }
 }
 
 /// What a shard hands the session stage about one exchange.
@@ -646,7 +378,7 @@ impl Shard {
         );
     }
 
-    fn packet(&mut self, m: &PacketMsg, payload: &[u8]) {
+    fn packet(&mut self, m: &FlowPacket, payload: &[u8]) {
         let Some(c) = self.conns.get_mut(&m.stream) else {
             return;
         };
@@ -823,7 +555,7 @@ fn skip_name(s: Skip) -> &'static str {
 
 /// Where packets go once classified: straight into one shard, or in batches to worker threads.
 trait Dispatch {
-    fn packet(&mut self, m: PacketMsg, payload: &[u8]);
+    fn packet(&mut self, m: FlowPacket, payload: &[u8]);
     /// A message without payload (`Open`, `End`).
     fn control(&mut self, msg: ShardMsg);
     /// Every message of frames up to `frame` has been given.
@@ -895,7 +627,7 @@ struct Inline<'s> {
 }
 
 impl Dispatch for Inline<'_> {
-    fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
+    fn packet(&mut self, m: FlowPacket, payload: &[u8]) {
         self.shard.packet(&m, payload);
     }
     fn control(&mut self, msg: ShardMsg) {
@@ -985,7 +717,7 @@ impl Threaded {
 }
 
 impl Dispatch for Threaded {
-    fn packet(&mut self, m: PacketMsg, payload: &[u8]) {
+    fn packet(&mut self, m: FlowPacket, payload: &[u8]) {
         let s = self.shard_of(m.stream);
         self.push(s, ShardMsg::Packet(m, 0, 0), payload);
     }
@@ -1015,12 +747,7 @@ fn read_packets<R: Read, D: Dispatch>(
     sink: &mut D,
     report: &mut InputReport,
 ) -> (Mark, FlowTable) {
-    let mut table = FlowTable {
-        flows: HashMap::with_hasher(FoldHashKey::new()),
-        next_stream: 0,
-        max_connections: opts.limits.max_connections.max(1),
-        evicted: 0,
-    };
+    let mut table = FlowTable::new(opts.limits.max_connections);
     let mut last = Mark::default();
     let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
         Ok(r) => r,
@@ -1055,15 +782,15 @@ fn read_packets<R: Read, D: Dispatch>(
         last = mark;
         match decode::decode(packet.linktype, packet.data) {
             Ok(tcp) => {
-                let msg = table.classify(&tcp, mark, packet.frame, sink);
+                let msg = table.classify(&tcp, mark, packet.frame, |e| sink.control(e.into()));
                 sink.packet(msg, tcp.payload);
             }
             Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
         }
-        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.flows.len() > table.max_connections {
+        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
             table.sweep(mark, &mut ends);
             for e in ends.drain(..) {
-                sink.control(e);
+                sink.control(e.into());
             }
         }
         sink.frame_done(packet.frame);
@@ -1185,16 +912,17 @@ fn analyze_capture<R: Read>(
     report.stats.sessions_retired_early += stage.sessions_retired_early;
 }
 
-/// Runs the session stage over an input held whole (a HAR file) and gives its results to
-/// `sink`: the resumes taken from `report`, and `summaries`.
-pub fn session_stage(
+/// Runs the session stage over the exchanges of a HAR document (held whole: a HAR has no
+/// order of arrival to stream by) and gives its results to `sink`.
+fn har_session_stage(
     report: &mut InputReport,
-    summaries: Vec<ExchangeSummary>,
+    har: har::HarExchanges,
     opts: &Options,
     sink: &mut dyn audit::Sink,
 ) {
-    let resumes = std::mem::take(&mut report.resumes);
-    let (resumes, out) = audit::analyze(resumes, summaries, &opts.forensic);
+    report.stats.http_exchanges += har.http_exchanges;
+    report.sessions.extend(har.sessions);
+    let (resumes, out) = audit::analyze(har.resumes, har.summaries, &opts.forensic);
     for r in resumes {
         sink.resume(r);
     }
@@ -1204,6 +932,7 @@ pub fn session_stage(
     for v in out.views {
         sink.view(v);
     }
+    report.messages.extend(har.messages);
 }
 
 /// The outcome of a whole run, for the exit status.
@@ -1331,133 +1060,6 @@ pub fn run<W: Write, E: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
-
-    fn ep(ip: impl Into<IpAddr>, port: u16) -> Endpoint {
-        Endpoint {
-            ip: ip.into(),
-            port,
-        }
-    }
-
-    #[test]
-    fn both_directions_share_a_key_and_tell_which_end_sent() {
-        let a = ep(Ipv4Addr::new(10, 0, 0, 2), 40_000);
-        let b = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
-        let (k1, a_is_lo) = flow_key(&a, &b);
-        let (k2, b_is_lo) = flow_key(&b, &a);
-        assert_eq!(k1, k2);
-        assert_ne!(a_is_lo, b_is_lo);
-        let hasher = FoldHashKey::new();
-        assert_eq!(hasher.hash_one(k1), hasher.hash_one(k2));
-        // The same address with another port, or the other end's port swapped, is another key.
-        assert_ne!(k1, flow_key(&ep(Ipv4Addr::new(10, 0, 0, 2), 40_001), &b).0);
-        assert_ne!(
-            k1,
-            flow_key(
-                &ep(Ipv4Addr::new(10, 0, 0, 2), 8000),
-                &ep(Ipv4Addr::new(10, 0, 0, 1), 40_000)
-            )
-            .0
-        );
-    }
-
-    #[test]
-    fn connections_closed_by_one_side_end_after_a_quiet_minute() {
-        let mut table = FlowTable {
-            flows: HashMap::with_hasher(FoldHashKey::new()),
-            next_stream: 0,
-            max_connections: 100,
-            evicted: 0,
-        };
-        let flow = |stream, fin: [bool; 2], rst, seen_ns| Flow {
-            stream,
-            forward_is_lo: true,
-            fin,
-            rst,
-            syn_seq: None,
-            last_seen_ns: seen_ns,
-            last_seen_packet: 0,
-        };
-        let key = |port| {
-            flow_key(
-                &ep(Ipv4Addr::new(10, 0, 0, 2), port),
-                &ep(Ipv4Addr::new(10, 0, 0, 1), 80),
-            )
-            .0
-        };
-        let minute = QUIET_CLOSED_NS;
-        table.flows.insert(key(1), flow(1, [false, true], false, 0));
-        table.flows.insert(key(2), flow(2, [true, true], false, 0));
-        table
-            .flows
-            .insert(key(3), flow(3, [false, false], false, 0));
-        table
-            .flows
-            .insert(key(4), flow(4, [true, false], false, minute));
-        table.flows.insert(key(5), flow(5, [false, false], true, 0));
-        let mut ends = Vec::new();
-        table.sweep(Mark::new(9, minute + 1), &mut ends);
-        // Half-closed and quiet: ended. Closed: gone (the shard ended it already). Open, or
-        // half-closed but heard from within the minute: kept.
-        let ended: Vec<u64> = ends
-            .iter()
-            .map(|e| match e {
-                ShardMsg::End(s, StreamEnd::CaptureEnd, _) => *s,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(ended, [1]);
-        let mut left: Vec<u64> = table.flows.values().map(|f| f.stream).collect();
-        left.sort_unstable();
-        assert_eq!(left, [3, 4]);
-        assert_eq!(table.evicted, 0);
-    }
-
-    #[test]
-    fn ipv4_and_ipv6_with_the_same_bits_are_different_connections() {
-        let v4 = flow_key(
-            &ep(Ipv4Addr::new(0, 0, 0, 1), 1),
-            &ep(Ipv4Addr::new(0, 0, 0, 2), 2),
-        );
-        let v6 = flow_key(
-            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 1),
-            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2), 2),
-        );
-        assert_ne!(v4.0, v6.0);
-    }
-
-    #[test]
-    fn fold_hasher_spreads_nearby_keys() {
-        // Keys differing in one port must land in different low bits (the bucket index) and
-        // high bits (the control byte) almost always.
-        let h = FoldHashKey::new();
-        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
-        let mut low = std::collections::HashSet::new();
-        let mut high = std::collections::HashSet::new();
-        for port in 30_000..31_024u16 {
-            let k = flow_key(&ep(Ipv4Addr::new(10, 1, 0, 1), port), &server).0;
-            let v = h.hash_one(k);
-            low.insert(v & 1023);
-            high.insert(v >> 57);
-        }
-        assert!(
-            low.len() > 600,
-            "{} distinct bucket indices of 1024",
-            low.len()
-        );
-        assert!(
-            high.len() >= 120,
-            "{} distinct control bytes of 128",
-            high.len()
-        );
-    }
-
-    fn fixture(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/gen")
-            .join(name)
-    }
 
     #[test]
     fn progress_counts_every_byte_of_every_input() {
@@ -1493,5 +1095,11 @@ mod tests {
                 std::fs::metadata(&inputs[0]).map(|m| m.len()).unwrap_or(1)
             );
         }
+    }
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/gen")
+            .join(name)
     }
 }

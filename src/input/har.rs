@@ -36,8 +36,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::audit::verdict::{Decision, Verdict};
-use crate::driver::{InputReport, Options};
-use crate::exchange::{ConnectionRef, ExchangeTracker};
+use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
 use crate::record::{BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd};
 
 /// Largest entry (its raw JSON) accepted; a larger one is reported and skipped.
@@ -163,41 +162,45 @@ impl<R: Read> Read for ZlibInput<R> {
     }
 }
 
-/// Analyzes one HAR document; `name` is how messages and the report cite the input, and its
-/// directory is where `content._file` bodies are looked for.
-pub fn analyze_har<R: Read>(
-    name: &str,
-    src: R,
-    opts: &Options,
-    report: &mut InputReport,
-    sink: &mut dyn crate::audit::Sink,
-) {
-    analyze_har_bounded(name, src, opts, MAX_ENTRY_BYTES, report, sink);
+/// What one HAR document gave: its exchanges, ready for the session stage.
+#[derive(Debug, Default)]
+pub struct HarExchanges {
+    /// Resumes, in entry order.
+    pub resumes: Vec<ResumeRecord>,
+    /// Exchange summaries for the session stage.
+    pub summaries: Vec<ExchangeSummary>,
+    /// Messages for standard error: `(is_error, text)`.
+    pub messages: Vec<(bool, String)>,
+    pub http_exchanges: u64,
+    /// Hashes of the session ids seen.
+    pub sessions: std::collections::BTreeSet<u64>,
 }
 
-/// [`analyze_har`] with the largest accepted entry given.
-pub fn analyze_har_bounded<R: Read>(
+/// Reads one HAR document; `name` is how messages cite the input, and its directory is where
+/// `content._file` bodies are looked for.
+pub fn read_har<R: Read>(name: &str, src: R, limits: &Limits) -> HarExchanges {
+    read_har_bounded(name, src, limits, MAX_ENTRY_BYTES)
+}
+
+/// [`read_har`] with the largest accepted entry given.
+pub fn read_har_bounded<R: Read>(
     name: &str,
     src: R,
-    opts: &Options,
+    limits: &Limits,
     max_entry_bytes: usize,
-    report: &mut InputReport,
-    sink: &mut dyn crate::audit::Sink,
-) {
+) -> HarExchanges {
     let mut scan = Scanner::new(src);
+    let mut out = HarExchanges::default();
     let mut run = HarRun {
         name,
         dir: Path::new(name)
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default(),
-        limits: &opts.limits,
-        report,
-        summaries: Vec::new(),
+        limits,
+        report: &mut out,
     };
     let walked = walk(&mut scan, &mut run, max_entry_bytes);
-    let summaries = std::mem::take(&mut run.summaries);
-    crate::driver::session_stage(run.report, summaries, opts, sink);
     if let Err(e) = walked {
         let text = match e.entry {
             Some(i) => format!(
@@ -206,8 +209,9 @@ pub fn analyze_har_bounded<R: Read>(
             ),
             None => format!("{name}: offset {}: {}", e.offset, e.what),
         };
-        run.report.messages.push((true, text));
+        out.messages.push((true, text));
     }
+    out
 }
 
 /// Where the document stops making sense.
@@ -728,9 +732,7 @@ struct HarRun<'r> {
     name: &'r str,
     dir: PathBuf,
     limits: &'r Limits,
-    report: &'r mut InputReport,
-    /// Exchange summaries for the session stage, run once the document is read.
-    summaries: Vec<crate::exchange::ExchangeSummary>,
+    report: &'r mut HarExchanges,
 }
 
 impl HarRun<'_> {
@@ -822,7 +824,7 @@ impl HarRun<'_> {
             }
             tracker.body_end(0, outcome.how, mark);
         }
-        self.report.stats.http_exchanges += tracker.exchanges;
+        self.report.http_exchanges += tracker.exchanges;
         for id in &tracker.session_ids {
             self.report
                 .sessions
@@ -858,7 +860,7 @@ impl HarRun<'_> {
         }
         for mut x in tracker.summaries.drain(..) {
             x.connection.har_entry = Some(index);
-            self.summaries.push(x);
+            self.report.summaries.push(x);
         }
         Ok(())
     }
@@ -1360,7 +1362,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::analyze_reader;
+    use crate::driver::{InputReport, Options, analyze_reader};
 
     /// Hands out the input in pieces of the sizes a generator chooses.
     struct Pieces<'a, F: FnMut() -> usize> {
@@ -1556,16 +1558,7 @@ mod tests {
     #[test]
     fn an_oversized_entry_is_skipped_and_named() {
         let data = fixture("mixed.har");
-        let mut report = InputReport::default();
-        let mut got = crate::audit::Collected::default();
-        analyze_har_bounded(
-            "m.har",
-            &data[..],
-            &Options::default(),
-            1500,
-            &mut report,
-            &mut got,
-        );
+        let report = read_har_bounded("m.har", &data[..], &Limits::default(), 1500);
         let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
         assert!(!errors.is_empty());
         assert!(
@@ -1575,7 +1568,7 @@ mod tests {
             "{errors:?}"
         );
         // The small resume entries still went through.
-        assert!(!got.resumes.is_empty());
+        assert!(!report.resumes.is_empty());
     }
 
     #[test]

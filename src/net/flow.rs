@@ -1,0 +1,450 @@
+//! The flow table of one capture: which connection a packet belongs to, and its direction.
+//!
+//! Input: decoded TCP packets in capture order, from the single reader of a capture.
+//! Output: per packet a [`FlowPacket`] (connection number, direction, TCP fields), and
+//! [`FlowEvent`]s: a connection opens, or ends for the table.
+//! Invariants:
+//! - Connections are numbered from 0 in order of their first packet, as Wireshark's
+//!   `tcp.stream` numbers them; a new SYN on a closed 4-tuple is a new connection.
+//! - `Forward` is the direction of a connection's first captured packet.
+//! - The table is bounded by its `max_connections` (least recently active evicted first);
+//!   connections closed by either side leave it after a quiet minute of capture time.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
+
+use crate::net::decode::{self, Endpoint};
+use crate::net::tcp::TcpFlags;
+use crate::record::{Direction, Mark, StreamEnd};
+
+/// Builds [`FoldHasher`]s with a key drawn from the process's random state.
+#[derive(Clone, Debug)]
+pub(crate) struct FoldHashKey(u64);
+
+impl FoldHashKey {
+    pub(crate) fn new() -> Self {
+        // `| 1`: an odd multiplier keeps every input bit in the product.
+        FoldHashKey(std::hash::RandomState::new().hash_one(0x6d63_7061_7564_6974_u64) | 1)
+    }
+}
+
+impl BuildHasher for FoldHashKey {
+    type Hasher = FoldHasher;
+    fn build_hasher(&self) -> FoldHasher {
+        FoldHasher {
+            acc: self.0.rotate_left(29),
+            key: self.0,
+        }
+    }
+}
+
+/// Keyed multiply-and-fold hashing for the per-packet tables (flows by endpoints, connections
+/// by stream number). SipHash over a pair of endpoints costs more than the rest of a packet's
+/// classification; this costs one wide multiplication per field. The key is random per run,
+/// so a capture cannot be crafted to make endpoints collide.
+pub(crate) struct FoldHasher {
+    acc: u64,
+    key: u64,
+}
+
+impl FoldHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        let p = u128::from(self.acc ^ word) * u128::from(self.key);
+        self.acc = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.mix(u64::from_le_bytes(b));
+        }
+        let rest = words.remainder();
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        // The length goes in too, so trailing zero bytes are not lost.
+        self.mix(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.mix(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.mix(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.mix(v);
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.mix(v as u64);
+        self.mix((v >> 64) as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        // One more round so the last field's bits reach the low and high ends alike.
+        let p = u128::from(self.acc) * u128::from(self.key.rotate_left(17));
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+}
+
+/// A connection as the reader's flow table knows it.
+struct Flow {
+    stream: u64,
+    /// Whether the first packet's source is the `lo` end of the key.
+    forward_is_lo: bool,
+    fin: [bool; 2],
+    rst: bool,
+    syn_seq: Option<u32>,
+    last_seen_ns: i64,
+    last_seen_packet: u64,
+}
+
+impl Flow {
+    fn closed(&self) -> bool {
+        self.rst || (self.fin[0] && self.fin[1])
+    }
+
+    /// Takes the packet into the connection's state.
+    fn update(
+        &mut self,
+        p: &decode::TcpPacket<'_>,
+        src_is_lo: bool,
+        new_syn: bool,
+        mark: Mark,
+        packet_no: u64,
+    ) -> FlowPacket {
+        let dir = if src_is_lo == self.forward_is_lo {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        if new_syn && self.syn_seq.is_none() {
+            self.syn_seq = Some(p.seq);
+        }
+        self.fin[dir.index()] |= p.flags.fin;
+        self.rst |= p.flags.rst;
+        self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
+        self.last_seen_packet = packet_no;
+        FlowPacket {
+            stream: self.stream,
+            dir,
+            seq: p.seq,
+            ack: p.ack,
+            flags: p.flags,
+            mark,
+        }
+    }
+}
+
+/// Canonical key of a 4-tuple, as five words: the two endpoints, lower one first, each as its
+/// address in two words (IPv4 in the low 32 bits), then both ports and the IP version. Word
+/// compares and one multiply per word are what a lookup per packet can afford; the version
+/// keeps IPv4 apart from the IPv6 addresses with the same bits.
+#[derive(Clone, Copy, Debug, Eq)]
+struct FlowKey([u64; 5]);
+
+impl PartialEq for FlowKey {
+    fn eq(&self, other: &Self) -> bool {
+        // Without branches or a call to memcmp: this runs on every packet.
+        self.0
+            .iter()
+            .zip(&other.0)
+            .fold(0, |diff, (a, b)| diff | (a ^ b))
+            == 0
+    }
+}
+
+impl std::hash::Hash for FlowKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Addresses folded to one word each: equality still compares them whole.
+        let [a_hi, a_lo, b_hi, b_lo, rest] = self.0;
+        state.write_u64(a_lo ^ a_hi.rotate_left(32));
+        state.write_u64(b_lo ^ b_hi.rotate_left(32));
+        state.write_u64(rest);
+    }
+}
+
+fn endpoint_bits(e: &Endpoint) -> (u128, u16) {
+    match e.ip {
+        IpAddr::V4(ip) => (u128::from(ip.to_bits()), e.port),
+        IpAddr::V6(ip) => (ip.to_bits(), e.port),
+    }
+}
+
+/// The key of a packet's connection, and whether the packet's source is the key's lower end.
+fn flow_key(src: &Endpoint, dst: &Endpoint) -> (FlowKey, bool) {
+    let (a, b) = (endpoint_bits(src), endpoint_bits(dst));
+    let src_is_lo = a <= b;
+    let (lo, hi) = if src_is_lo { (a, b) } else { (b, a) };
+    // Both ends of a decoded packet come from one IP header, so they share the version.
+    let v6 = u64::from(src.ip.is_ipv6());
+    let key = FlowKey([
+        (lo.0 >> 64) as u64,
+        lo.0 as u64,
+        (hi.0 >> 64) as u64,
+        hi.0 as u64,
+        u64::from(lo.1) | (u64::from(hi.1) << 16) | (v6 << 32),
+    ]);
+    (key, src_is_lo)
+}
+
+/// What the reader knows of one packet: its connection and direction, and the TCP fields.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlowPacket {
+    pub stream: u64,
+    pub dir: Direction,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: TcpFlags,
+    pub mark: Mark,
+}
+
+const QUIET_CLOSED_NS: i64 = 60_000_000_000;
+pub(crate) const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
+
+/// The single reader of one capture: numbering of connections and their directions.
+pub(crate) struct FlowTable {
+    flows: HashMap<FlowKey, Flow, FoldHashKey>,
+    next_stream: u64,
+    pub(crate) max_connections: usize,
+    pub(crate) evicted: u64,
+}
+
+/// What the table tells the connections' owners beside packets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FlowEvent {
+    /// A connection begins: its number, its two endpoints (forward source first), and whether
+    /// its first packet is a SYN.
+    Open(u64, Endpoint, Endpoint, bool),
+    /// The connection is over for the table (evicted, replaced by a new one on the same
+    /// 4-tuple, or half-closed and quiet): finish it now.
+    End(u64, StreamEnd, Mark),
+}
+
+impl FlowTable {
+    /// Connections in the table now.
+    pub(crate) fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub(crate) fn new(max_connections: usize) -> Self {
+        FlowTable {
+            flows: HashMap::with_hasher(FoldHashKey::new()),
+            next_stream: 0,
+            max_connections: max_connections.max(1),
+            evicted: 0,
+        }
+    }
+
+    /// Assigns the packet to a connection and returns what is known of it. On a connection's
+    /// first packet, `events` is told first: an `End` for a connection replaced by a new one
+    /// on the same 4-tuple, then the new connection's `Open`.
+    pub(crate) fn classify(
+        &mut self,
+        p: &decode::TcpPacket<'_>,
+        mark: Mark,
+        packet_no: u64,
+        mut events: impl FnMut(FlowEvent),
+    ) -> FlowPacket {
+        let (key, src_is_lo) = flow_key(&p.src, &p.dst);
+        let new_syn = p.flags.syn && !p.flags.ack;
+        // The common case, a packet of a known connection, costs one lookup.
+        if let Some(f) = self.flows.get_mut(&key)
+            && !(new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)))
+        {
+            return f.update(p, src_is_lo, new_syn, mark, packet_no);
+        }
+        if let Some(old) = self.flows.remove(&key)
+            && !old.closed()
+        {
+            events(FlowEvent::End(old.stream, StreamEnd::CaptureEnd, mark));
+        }
+        let stream = self.next_stream;
+        self.next_stream += 1;
+        let mut f = Flow {
+            stream,
+            forward_is_lo: src_is_lo,
+            fin: [false; 2],
+            rst: false,
+            syn_seq: None,
+            last_seen_ns: mark.time_ns,
+            last_seen_packet: packet_no,
+        };
+        let msg = f.update(p, src_is_lo, new_syn, mark, packet_no);
+        self.flows.insert(key, f);
+        events(FlowEvent::Open(stream, p.src, p.dst, new_syn));
+        msg
+    }
+
+    /// Keeps the table within bounds; returns the connections to end.
+    pub(crate) fn sweep(&mut self, now: Mark, ends: &mut Vec<FlowEvent>) {
+        let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
+        self.flows.retain(|_, f| {
+            if f.last_seen_ns >= cutoff || !(f.closed() || f.fin[0] || f.fin[1]) {
+                return true;
+            }
+            // Closed by one side only and quiet since: the other side will not close it in
+            // the capture (a client that never answers the server's FIN, say). What it sent
+            // is all there is; it ends as at the end of the capture.
+            if !f.closed() {
+                ends.push(FlowEvent::End(f.stream, StreamEnd::CaptureEnd, now));
+            }
+            false
+        });
+        if self.flows.len() <= self.max_connections {
+            return;
+        }
+        // Evict the least recently active eighth (closed ones first), so the cost is amortized.
+        let target = self.max_connections - self.max_connections / 8;
+        let mut by_age: Vec<(bool, u64, FlowKey)> = self
+            .flows
+            .iter()
+            .map(|(k, f)| (!f.closed(), f.last_seen_packet, *k))
+            .collect();
+        by_age.sort_unstable_by_key(|(open, seen, _)| (*open, *seen));
+        let excess = self.flows.len().saturating_sub(target);
+        for (open, _, key) in by_age.into_iter().take(excess) {
+            if let Some(f) = self.flows.remove(&key)
+                && open
+            {
+                self.evicted += 1;
+                ends.push(FlowEvent::End(f.stream, StreamEnd::Evicted, now));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn ep(ip: impl Into<IpAddr>, port: u16) -> Endpoint {
+        Endpoint {
+            ip: ip.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn both_directions_share_a_key_and_tell_which_end_sent() {
+        let a = ep(Ipv4Addr::new(10, 0, 0, 2), 40_000);
+        let b = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let (k1, a_is_lo) = flow_key(&a, &b);
+        let (k2, b_is_lo) = flow_key(&b, &a);
+        assert_eq!(k1, k2);
+        assert_ne!(a_is_lo, b_is_lo);
+        let hasher = FoldHashKey::new();
+        assert_eq!(hasher.hash_one(k1), hasher.hash_one(k2));
+        // The same address with another port, or the other end's port swapped, is another key.
+        assert_ne!(k1, flow_key(&ep(Ipv4Addr::new(10, 0, 0, 2), 40_001), &b).0);
+        assert_ne!(
+            k1,
+            flow_key(
+                &ep(Ipv4Addr::new(10, 0, 0, 2), 8000),
+                &ep(Ipv4Addr::new(10, 0, 0, 1), 40_000)
+            )
+            .0
+        );
+    }
+
+    #[test]
+    fn connections_closed_by_one_side_end_after_a_quiet_minute() {
+        let mut table = FlowTable {
+            flows: HashMap::with_hasher(FoldHashKey::new()),
+            next_stream: 0,
+            max_connections: 100,
+            evicted: 0,
+        };
+        let flow = |stream, fin: [bool; 2], rst, seen_ns| Flow {
+            stream,
+            forward_is_lo: true,
+            fin,
+            rst,
+            syn_seq: None,
+            last_seen_ns: seen_ns,
+            last_seen_packet: 0,
+        };
+        let key = |port| {
+            flow_key(
+                &ep(Ipv4Addr::new(10, 0, 0, 2), port),
+                &ep(Ipv4Addr::new(10, 0, 0, 1), 80),
+            )
+            .0
+        };
+        let minute = QUIET_CLOSED_NS;
+        table.flows.insert(key(1), flow(1, [false, true], false, 0));
+        table.flows.insert(key(2), flow(2, [true, true], false, 0));
+        table
+            .flows
+            .insert(key(3), flow(3, [false, false], false, 0));
+        table
+            .flows
+            .insert(key(4), flow(4, [true, false], false, minute));
+        table.flows.insert(key(5), flow(5, [false, false], true, 0));
+        let mut ends = Vec::new();
+        table.sweep(Mark::new(9, minute + 1), &mut ends);
+        // Half-closed and quiet: ended. Closed: gone (the shard ended it already). Open, or
+        // half-closed but heard from within the minute: kept.
+        let ended: Vec<u64> = ends
+            .iter()
+            .map(|e| match e {
+                FlowEvent::End(s, StreamEnd::CaptureEnd, _) => *s,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ended, [1]);
+        let mut left: Vec<u64> = table.flows.values().map(|f| f.stream).collect();
+        left.sort_unstable();
+        assert_eq!(left, [3, 4]);
+        assert_eq!(table.evicted, 0);
+    }
+
+    #[test]
+    fn ipv4_and_ipv6_with_the_same_bits_are_different_connections() {
+        let v4 = flow_key(
+            &ep(Ipv4Addr::new(0, 0, 0, 1), 1),
+            &ep(Ipv4Addr::new(0, 0, 0, 2), 2),
+        );
+        let v6 = flow_key(
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 1),
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2), 2),
+        );
+        assert_ne!(v4.0, v6.0);
+    }
+
+    #[test]
+    fn fold_hasher_spreads_nearby_keys() {
+        // Keys differing in one port must land in different low bits (the bucket index) and
+        // high bits (the control byte) almost always.
+        let h = FoldHashKey::new();
+        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let mut low = std::collections::HashSet::new();
+        let mut high = std::collections::HashSet::new();
+        for port in 30_000..31_024u16 {
+            let k = flow_key(&ep(Ipv4Addr::new(10, 1, 0, 1), port), &server).0;
+            let v = h.hash_one(k);
+            low.insert(v & 1023);
+            high.insert(v >> 57);
+        }
+        assert!(
+            low.len() > 600,
+            "{} distinct bucket indices of 1024",
+            low.len()
+        );
+        assert!(
+            high.len() >= 120,
+            "{} distinct control bytes of 128",
+            high.len()
+        );
+    }
+}
