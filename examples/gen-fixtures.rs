@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use mcp_resume_audit::synth::{
+use mcp_resume_audit_synth::{
     BASE_TIME_NS, ByteOrder, Capture, ConnClose, ConnSpec, EventField, EventStream, ExchangeKind,
     ExpectedResume, Fate, FlowSpec, HeaderCase, Interleave, Ipv6Extension, LineEnd, LinkFraming,
     PacketWriter, PcapFormat, PcapWriter, PcapngWriter, Resume, ResumeResponse, Scenario,
@@ -318,8 +318,8 @@ const SERVER_PORT: u16 = 8000;
 fn flow_between(interface: u32, client: IpAddr, server: IpAddr, port: u16) -> FlowSpec {
     let mut f = FlowSpec::new(
         interface,
-        mcp_resume_audit::synth::Endpoint::new(client, port),
-        mcp_resume_audit::synth::Endpoint::new(server, SERVER_PORT),
+        mcp_resume_audit_synth::Endpoint::new(client, port),
+        mcp_resume_audit_synth::Endpoint::new(server, SERVER_PORT),
     );
     let p = u32::from(port);
     f.client_isn = p.wrapping_mul(2_654_435_761);

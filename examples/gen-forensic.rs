@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use mcp_resume_audit::synth::{
+use mcp_resume_audit_synth::{
     BASE_TIME_NS, ByteOrder, Capture, Endpoint, Fate, FlowSpec, LinkFraming, PcapFormat,
     PcapWriter, Side, TcpFlow, TsResolution, Vlan,
 };

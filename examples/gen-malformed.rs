@@ -10,7 +10,7 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mcp_resume_audit::synth::malformed;
+use mcp_resume_audit_synth::malformed;
 
 fn main() -> ExitCode {
     match run() {

@@ -10,4 +10,3 @@ pub mod input;
 pub mod net;
 pub mod record;
 pub mod report;
-pub mod synth;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_resume_audit::synth::malformed;
+use mcp_resume_audit_synth::malformed;
 use serde_json::Value;
 
 fn bin() -> &'static str {

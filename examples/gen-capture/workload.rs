@@ -21,7 +21,7 @@ use std::io::{self, Write};
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 
-use mcp_resume_audit::synth::{
+use mcp_resume_audit_synth::{
     BASE_TIME_NS, ByteOrder, Capture, ConnClose, ConnSpec, Endpoint, EventField, EventStream,
     ExchangeKind, Fate, FlowSpec, HeaderCase, Interleave, LineEnd, LinkFraming, PacketWriter,
     PcapFormat, PcapWriter, PcapngWriter, Resume, ResumeResponse, Scenario, SessionSpec, SseEvent,

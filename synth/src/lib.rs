@@ -3678,7 +3678,7 @@ mod tests {
     /// their bytes show.
     #[test]
     fn checked_in_fixtures_agree_with_their_expectations() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gen");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/gen");
         let mut checked = 0;
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
             .expect("fixtures/gen exists")
