@@ -18,8 +18,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use indicatif::ProgressBar;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 use crate::app::AppStack;
 use crate::audit::verdict::{LimitHit, Verdict};
@@ -34,6 +34,21 @@ use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::spool::Spool;
 use crate::report::{self, InputProblem, Summary};
 
+/// Told how far the reading of the inputs got: a progress display, for one. The library
+/// draws nothing itself.
+pub trait Progress: Send + Sync {
+    /// `bytes` more of the inputs were read.
+    fn advance(&self, bytes: u64);
+    /// Every input is read; called before any message is written.
+    fn finish(&self);
+}
+
+impl std::fmt::Debug for dyn Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
 /// How a run is done.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -44,7 +59,7 @@ pub struct Options {
     pub limits: Limits,
     /// Advanced by the capture bytes read, over all inputs (its length is the caller's to set);
     /// finished and cleared before [`run`] writes any message.
-    pub progress: Option<ProgressBar>,
+    pub progress: Option<Arc<dyn Progress>>,
     /// The session stage: `--id-pattern`, `--sessions`.
     pub forensic: audit::Options,
     /// When the session stage audits a session early: `--session-memory`.
@@ -762,7 +777,7 @@ fn read_packets<R: Read, D: Dispatch>(
         if let Some(bar) = &opts.progress {
             let at = reader.position();
             if at - progress_shown >= PROGRESS_STEP_BYTES {
-                bar.inc(at - progress_shown);
+                bar.advance(at - progress_shown);
                 progress_shown = at;
             }
         }
@@ -796,7 +811,7 @@ fn read_packets<R: Read, D: Dispatch>(
         sink.frame_done(packet.frame);
     }
     if let Some(bar) = &opts.progress {
-        bar.inc(reader.position().saturating_sub(progress_shown));
+        bar.advance(reader.position().saturating_sub(progress_shown));
     }
     if let Some(at) = reader.truncated_at() {
         *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
@@ -983,7 +998,7 @@ pub fn run<W: Write, E: Write>(
         inputs.iter().map(|p| one(p, opts)).collect()
     };
     if let Some(bar) = &opts.progress {
-        bar.finish_and_clear();
+        bar.finish();
     }
     let mut summary = Summary::new();
     let mut stats = InputStats::default();
@@ -1061,8 +1076,27 @@ pub fn run<W: Write, E: Write>(
 mod tests {
     use super::*;
 
+    /// Counts what it is told.
+    #[derive(Default)]
+    struct Counter {
+        bytes: std::sync::atomic::AtomicU64,
+        finished: std::sync::atomic::AtomicBool,
+    }
+
+    impl Progress for Counter {
+        fn advance(&self, bytes: u64) {
+            self.bytes
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn finish(&self) {
+            self.finished
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     #[test]
     fn progress_counts_every_byte_of_every_input() {
+        use std::sync::atomic::Ordering::Relaxed;
         let inputs = [fixture("mixed.pcap"), fixture("pcapng-two-sections.pcapng")];
         let total: u64 = inputs
             .iter()
@@ -1070,7 +1104,7 @@ mod tests {
             .sum();
         assert!(total > 0);
         for threads in [1, 2, 3] {
-            let bar = ProgressBar::hidden();
+            let bar = Arc::new(Counter::default());
             let opts = Options {
                 threads,
                 progress: Some(bar.clone()),
@@ -1080,10 +1114,10 @@ mod tests {
             let mut err = Vec::new();
             let outcome = run(&inputs, &opts, &mut out, &mut err);
             assert!(outcome.is_ok_and(|o| !o.input_errors), "threads {threads}");
-            assert_eq!(bar.position(), total, "threads {threads}");
-            assert!(bar.is_finished());
+            assert_eq!(bar.bytes.load(Relaxed), total, "threads {threads}");
+            assert!(bar.finished.load(Relaxed));
             // One input at a time through the reader and its workers counts the same.
-            let bar = ProgressBar::hidden();
+            let bar = Arc::new(Counter::default());
             let opts = Options {
                 threads,
                 progress: Some(bar.clone()),
@@ -1091,7 +1125,7 @@ mod tests {
             };
             let _ = analyze_path(&inputs[0], &opts);
             assert_eq!(
-                bar.position(),
+                bar.bytes.load(Relaxed),
                 std::fs::metadata(&inputs[0]).map(|m| m.len()).unwrap_or(1)
             );
         }

@@ -1,0 +1,198 @@
+//! The command-line program: arguments (clap), the progress bar, where the report goes, and
+//! the exit status. Everything else is the library's; it takes no terminal types.
+
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use mcp_resume_audit::audit;
+use mcp_resume_audit::audit::idshape::IdPattern;
+use mcp_resume_audit::driver::{self, HumanReport, Options, Progress};
+use mcp_resume_audit::record::Limits;
+
+/// Audits MCP Streamable HTTP stream resumption in packet captures.
+///
+/// For every request that resumes an event stream (it carries Last-Event-ID), tells whether
+/// the server continued at the next event (correct), silently skipped events (gap_skipped) or
+/// silently sent them again (replayed), and points at the frames that prove it.
+///
+/// Beyond the first id, the whole session is used: the shape of structured ids, events
+/// delivered twice, the client's Last-Event-ID against what it was sent, ids leaked between
+/// sessions, and what a bad resume broke downstream (see docs/findings.md).
+///
+/// Exit status: 0 when every resume is correct (or there is none), 1 when any other verdict
+/// or an error-level finding is found, 2 when an input could not be read.
+#[derive(Parser, Debug)]
+#[command(name = "mcp-resume-audit", version, about, long_about)]
+struct Cli {
+    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content; `-` reads
+    /// standard input.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<PathBuf>,
+
+    /// Write the JSON Lines report to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+
+    /// Threads [default: the number of CPUs].
+    #[arg(short = 'j', long = "threads", value_name = "N")]
+    threads: Option<usize>,
+
+    /// Connections tracked at once per capture; the least recently active is evicted beyond.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
+
+    /// Out-of-order bytes buffered per connection direction before the hole is a gap.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_out_of_order_bytes)]
+    max_out_of_order: usize,
+
+    /// Longest HTTP message head accepted.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_header_bytes)]
+    max_header_bytes: usize,
+
+    /// Longest SSE id/event/retry value kept.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_sse_field_bytes)]
+    max_sse_field: usize,
+
+    /// How event ids are built, when you know: a regular expression matching a whole id, with
+    /// a named group `seq` (the counter) and optionally `stream`, e.g.
+    /// '(?P<stream>[^_]+)_(?P<seq>\d+)'. Resumes on ids it matches are decided on `seq`.
+    #[arg(long, value_name = "REGEX")]
+    id_pattern: Option<String>,
+
+    /// Add one {"type":"session"} record per session: its exchanges in capture order, streams
+    /// with first and last ids, resumes and findings.
+    #[arg(long)]
+    sessions: bool,
+
+    /// `json`: JSON Lines (and, when standard error is a terminal, a plain-text account
+    /// there); `text`: the plain-text account instead of JSON Lines.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    format: Format,
+
+    /// Memory for the exchanges of sessions not yet audited, in MiB. Past it, the least
+    /// recently active sessions are audited early (counted in `sessions_retired_early`).
+    #[arg(long, value_name = "MIB", default_value_t = audit::DEFAULT_SESSION_MEMORY >> 20)]
+    session_memory: usize,
+
+    /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Json,
+    Text,
+}
+
+/// Inputs smaller than this are done before a bar would tell anything.
+const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+/// A bar over the total size of the inputs, when standard error is a terminal, the sizes are
+/// known (no standard input) and large enough.
+/// The library's progress, drawn as an indicatif bar on standard error.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn progress_bar(cli: &Cli) -> Option<std::sync::Arc<dyn Progress>> {
+    if cli.quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    for p in &cli.inputs {
+        if p.as_os_str() == "-" {
+            return None;
+        }
+        total = total.saturating_add(std::fs::metadata(p).ok()?.len());
+    }
+    if total <= PROGRESS_MIN_BYTES {
+        return None;
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    Some(std::sync::Arc::new(Bar(bar)))
+}
+
+pub fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<i32> {
+    let cli = Cli::parse();
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let id_pattern = cli.id_pattern.as_deref().map(IdPattern::new).transpose()?;
+    let human = match cli.format {
+        Format::Text => HumanReport::Instead,
+        Format::Json if std::io::stderr().is_terminal() => HumanReport::Messages,
+        Format::Json => HumanReport::Off,
+    };
+    let opts = Options {
+        threads,
+        limits: Limits {
+            max_out_of_order_bytes: cli.max_out_of_order,
+            max_connections: cli.max_connections.max(1),
+            max_header_bytes: cli.max_header_bytes.max(256),
+            max_sse_field_bytes: cli.max_sse_field.max(16),
+            ..Limits::default()
+        },
+        forensic: audit::Options {
+            id_pattern,
+            views: cli.sessions,
+        },
+        retention: audit::Retention {
+            memory_bytes: cli.session_memory.saturating_mul(1 << 20),
+        },
+        human,
+        progress: progress_bar(&cli),
+    };
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    let outcome = match &cli.output {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            let mut out = BufWriter::new(file);
+            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
+            out.flush()?;
+            o
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
+            match o {
+                Ok(o) => o,
+                // A closed pipe (`| head`) is not an error worth a message.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    Ok(outcome.exit_code())
+}
