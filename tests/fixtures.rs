@@ -13,9 +13,16 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_mcp-resume-audit")
 }
 
+/// Folders of captures whose protocols the analyzer does not read yet (TLS, HTTP/2): their
+/// expected verdicts are what the traffic holds, and tests/coverage.rs checks meanwhile that
+/// each is reported as not read, never as clean.
+const NOT_YET_READ: [&str; 2] = ["tls-real", "h2-real"];
+
 fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
-    let expects =
-        common::fixture_files(|p| p.to_string_lossy().ends_with(".expect.jsonl"), |_| true);
+    let expects = common::fixture_files(
+        |p| p.to_string_lossy().ends_with(".expect.jsonl"),
+        |dir| !NOT_YET_READ.iter().any(|n| dir.ends_with(n)),
+    );
     let mut found = Vec::new();
     for expect in expects {
         let name = expect.file_name().unwrap().to_string_lossy().to_string();
