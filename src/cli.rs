@@ -24,8 +24,9 @@ use mcp_resume_audit::record::Limits;
 /// delivered twice, the client's Last-Event-ID against what it was sent, ids leaked between
 /// sessions, and what a bad resume broke downstream (see docs/findings.md).
 ///
-/// Exit status: 0 when every resume is correct (or there is none), 1 when any other verdict
-/// or an error-level finding is found, 2 when an input could not be read.
+/// Exit status, the first that applies: 1 some verdict other than correct, or an error-level
+/// finding; 2 an input could not be read, wholly or in part; 3 traffic that may carry MCP was
+/// not read (TLS, HTTP/2, packets cut by the snap length); 0 all read, every resume correct.
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {

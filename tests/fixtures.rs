@@ -186,7 +186,9 @@ fn unreadable_inputs_are_named_and_others_still_analyzed() {
         good.to_str().unwrap(),
         missing.to_str().unwrap(),
     ]);
-    assert_eq!(got.code, 2, "stderr: {}", got.stderr);
+    // Some resume is not correct: an accusation comes before the read errors, which stderr
+    // and the summary still name.
+    assert_eq!(got.code, 1, "stderr: {}", got.stderr);
     assert_eq!(got.resumes.len(), want);
     assert_eq!(got.summary["inputs"], 3);
     assert_eq!(got.summary["inputs_failed"], 2);

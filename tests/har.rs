@@ -291,6 +291,7 @@ fn attached_bodies_are_only_read_beside_the_har() {
     assert!(lines[0].contains("entry 1: content._file \"../body.dat\" is not a plain file name"));
     assert!(lines[1].contains("entry 2: content._file"));
     assert!(lines[2].starts_with("warning: ") && lines[2].contains("gone.dat"));
-    assert_eq!(got.code, 2);
+    // A verdict other than correct comes before the read error (stderr names it).
+    assert_eq!(got.code, 1);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -450,7 +450,8 @@ fn one_bad_input_does_not_stop_the_others() {
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
     for threads in ["1", "2"] {
         let r = run_paths(&refs, &["-j", threads]);
-        assert_eq!(r.code, 2);
+        // Findings in the good inputs come before the read errors, still named on stderr.
+        assert_eq!(r.code, 1);
         let failing = CASES.iter().filter(|c| c.code == 2).count() + 1;
         let lines = CASES
             .iter()

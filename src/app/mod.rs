@@ -46,8 +46,8 @@ impl Unread {
     pub fn as_str(self) -> &'static str {
         match self {
             Unread::NotHttp => "not_http",
-            Unread::Tls => "tls",
-            Unread::Http2 => "http2",
+            Unread::Tls => "tls_no_keys",
+            Unread::Http2 => "http2_unsupported",
         }
     }
 }
@@ -94,7 +94,9 @@ const MAX_HELD_BYTES: usize = 64 << 10;
 pub enum AppStack {
     Detecting(Detector),
     Http1(HttpConnection),
-    Unreadable(Unread),
+    /// Not read, and why; with the direction that spoke first, when known (the client of a
+    /// TLS or HTTP/2 connection).
+    Unreadable(Unread, Option<Direction>),
 }
 
 impl AppStack {
@@ -120,7 +122,7 @@ impl AppStack {
     ) {
         match self {
             AppStack::Http1(h) => h.data(dir, bytes, mark, sink),
-            AppStack::Unreadable(_) => {}
+            AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 if bytes.is_empty() {
                     return;
@@ -164,7 +166,7 @@ impl AppStack {
     ) {
         match self {
             AppStack::Http1(h) => h.gap(dir, len, mark, sink),
-            AppStack::Unreadable(_) => {}
+            AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 d.held.push(Held::Gap(dir, len, mark));
                 // Missing bytes before the decision: the HTTP/1.1 parser resynchronizes.
@@ -185,7 +187,7 @@ impl AppStack {
     ) {
         match self {
             AppStack::Http1(h) => h.end(dir, how, mark, sink),
-            AppStack::Unreadable(_) => {}
+            AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 d.held.push(Held::End(dir, how, mark));
                 if d.speaker.is_none_or(|s| s == dir) {
@@ -201,10 +203,11 @@ impl AppStack {
             return;
         };
         let held = std::mem::take(&mut d.held);
+        let speaker = d.speaker;
         *self = match protocol {
             Protocol::Http1 => AppStack::Http1(HttpConnection::new(limits, d.from_start)),
-            Protocol::Http2 => AppStack::Unreadable(Unread::Http2),
-            Protocol::Tls => AppStack::Unreadable(Unread::Tls),
+            Protocol::Http2 => AppStack::Unreadable(Unread::Http2, speaker),
+            Protocol::Tls => AppStack::Unreadable(Unread::Tls, speaker),
         };
         for h in held {
             match h {
@@ -219,7 +222,8 @@ impl AppStack {
     pub fn client_direction(&self) -> Option<Direction> {
         match self {
             AppStack::Http1(h) => h.client_direction(),
-            _ => None,
+            AppStack::Unreadable(_, speaker) => *speaker,
+            AppStack::Detecting(_) => None,
         }
     }
 
@@ -227,7 +231,7 @@ impl AppStack {
     pub fn is_done(&self) -> bool {
         match self {
             AppStack::Http1(h) => h.is_abandoned(),
-            AppStack::Unreadable(_) => true,
+            AppStack::Unreadable(..) => true,
             AppStack::Detecting(_) => false,
         }
     }
@@ -241,7 +245,7 @@ impl AppStack {
             AppStack::Http1(_) if saw_exchange => Coverage::Http1,
             AppStack::Http1(h) if h.is_abandoned() => Coverage::Unread(Unread::NotHttp),
             AppStack::Http1(_) => Coverage::Http1,
-            AppStack::Unreadable(u) => Coverage::Unread(*u),
+            AppStack::Unreadable(u, _) => Coverage::Unread(*u),
         }
     }
 }

@@ -22,6 +22,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use crate::app::AppStack;
+use crate::app::{Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
@@ -32,7 +33,7 @@ use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVER
 use crate::net::tcp::{TcpConnection, TcpSegment};
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 use crate::report::spool::Spool;
-use crate::report::{self, InputProblem, Summary};
+use crate::report::{self, CoverageStats, InputProblem, Summary};
 
 /// Told how far the reading of the inputs got: a progress display, for one. The library
 /// draws nothing itself.
@@ -113,6 +114,7 @@ pub struct InputStats {
     pub facts_dropped: u64,
     pub exchanges_not_audited: u64,
     pub sessions_retired_early: u64,
+    pub coverage: CoverageStats,
 }
 
 impl InputStats {
@@ -133,6 +135,7 @@ impl InputStats {
         self.facts_dropped += other.facts_dropped;
         self.exchanges_not_audited += other.exchanges_not_audited;
         self.sessions_retired_early += other.sessions_retired_early;
+        self.coverage.absorb(&other.coverage);
     }
 }
 
@@ -316,6 +319,8 @@ struct Conn {
     app: AppStack,
     tracker: ExchangeTracker,
     endpoints: (Endpoint, Endpoint),
+    /// Payload bytes of both directions, for the coverage accounting.
+    bytes: u64,
     ends: [Option<StreamEnd>; 2],
     gaps: [bool; 2],
 }
@@ -365,6 +370,9 @@ struct Shard {
     /// Hashes of the session ids seen.
     sessions: BTreeSet<u64>,
     stats: InputStats,
+    /// Connections dropped as unreadable before they ended: their later bytes are still
+    /// counted, and they are accounted for when they end.
+    unread: HashMap<u64, (Unread, Option<String>, u64), FoldHashKey>,
 }
 
 impl Shard {
@@ -376,6 +384,7 @@ impl Shard {
             finishing: false,
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
+            unread: HashMap::with_hasher(FoldHashKey::new()),
         }
     }
 
@@ -387,6 +396,7 @@ impl Shard {
                 app: AppStack::new(from_start),
                 tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
+                bytes: 0,
                 ends: [None; 2],
                 gaps: [false; 2],
             }),
@@ -395,8 +405,12 @@ impl Shard {
 
     fn packet(&mut self, m: &FlowPacket, payload: &[u8]) {
         let Some(c) = self.conns.get_mut(&m.stream) else {
+            if let Some(u) = self.unread.get_mut(&m.stream) {
+                u.2 += payload.len() as u64;
+            }
             return;
         };
+        c.bytes += payload.len() as u64;
         let seg = TcpSegment {
             seq: m.seq,
             ack: m.ack,
@@ -428,6 +442,11 @@ impl Shard {
     /// Finishes a connection: what is buffered is flushed, open exchanges are decided.
     fn close(&mut self, stream: u64, how: StreamEnd, mark: Mark) {
         let Some(mut c) = self.conns.remove(&stream) else {
+            if let Some((reason, server, bytes)) = self.unread.remove(&stream) {
+                self.stats
+                    .coverage
+                    .count_unread(reason.as_str(), server, bytes);
+            }
             return;
         };
         let mut bridge = Bridge {
@@ -455,6 +474,27 @@ impl Shard {
         self.stats.tcp_gap_bytes += t.gap_bytes;
         self.stats.out_of_order_overflows += t.overflows;
         self.stats.http_exchanges += c.tracker.exchanges;
+        match c.app.coverage(c.tracker.exchanges > 0) {
+            _ if c.bytes == 0 => self.stats.coverage.empty += 1,
+            Coverage::Empty | Coverage::Http1 => self.stats.coverage.count_read("http1", c.bytes),
+            Coverage::Unread(reason) => {
+                let (fwd, rev) = c.endpoints;
+                let server = match c.app.client_direction() {
+                    Some(Direction::Reverse) => fwd,
+                    _ => rev,
+                };
+                if how == StreamEnd::Abandoned {
+                    self.unread
+                        .insert(stream, (reason, Some(server.to_string()), c.bytes));
+                } else {
+                    self.stats.coverage.count_unread(
+                        reason.as_str(),
+                        Some(server.to_string()),
+                        c.bytes,
+                    );
+                }
+            }
+        }
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
@@ -476,6 +516,7 @@ impl Shard {
     fn finish(mut self, mark: Mark) -> Self {
         self.finishing = true;
         let mut open: Vec<u64> = self.conns.keys().copied().collect();
+        open.extend(self.unread.keys());
         open.sort_unstable();
         for s in open {
             self.close(s, StreamEnd::CaptureEnd, mark);
@@ -795,6 +836,9 @@ fn read_packets<R: Read, D: Dispatch>(
         report.stats.packets += 1;
         let mark = Mark::new(packet.frame, packet.time_ns);
         last = mark;
+        if (packet.orig_len as usize) > packet.data.len() {
+            report.stats.coverage.count_cut(packet.data.len() as u64);
+        }
         match decode::decode(packet.linktype, packet.data) {
             Ok(tcp) => {
                 let msg = table.classify(&tcp, mark, packet.frame, |e| sink.control(e.into()));
@@ -955,15 +999,22 @@ fn har_session_stage(
 pub struct RunOutcome {
     pub findings: bool,
     pub input_errors: bool,
+    /// Traffic that may carry MCP was not read (TLS, HTTP/2, packets cut by the snap length).
+    pub unread: bool,
 }
 
 impl RunOutcome {
-    /// 0: every resume correct (or none); 1: a finding; 2: an input could not be read.
+    /// 1: a verdict other than `correct`, or an error finding; else 2: an input could not be
+    /// read, wholly or in part; else 3: every input was read but traffic that may carry MCP
+    /// was not; else 0. An accusation comes first: it holds whatever else went unread, and
+    /// the summary and standard error still name every problem.
     pub fn exit_code(self) -> i32 {
-        if self.input_errors {
-            2
-        } else if self.findings {
+        if self.findings {
             1
+        } else if self.input_errors {
+            2
+        } else if self.unread {
+            3
         } else {
             0
         }
@@ -1005,6 +1056,7 @@ pub fn run<W: Write, E: Write>(
     let mut outcome = RunOutcome {
         findings: false,
         input_errors: false,
+        unread: false,
     };
     let mut no_json = std::io::sink();
     let json: &mut dyn Write = if opts.human == HumanReport::Instead {
@@ -1028,6 +1080,12 @@ pub fn run<W: Write, E: Write>(
                     error: text.clone(),
                 });
             }
+        }
+        let mut coverage = r.stats.coverage.clone();
+        coverage.name_servers();
+        if let Some(w) = coverage.warning() {
+            writeln!(err, "warning: {}: {w}", r.input)?;
+            outcome.unread = true;
         }
         summary.inputs += 1;
         if r.failed() {
@@ -1053,6 +1111,8 @@ pub fn run<W: Write, E: Write>(
     summary.facts_dropped = stats.facts_dropped;
     summary.exchanges_not_audited = stats.exchanges_not_audited;
     summary.sessions_retired_early = stats.sessions_retired_early;
+    stats.coverage.name_servers();
+    summary.coverage = stats.coverage;
     summary.write(json)?;
     json.flush()?;
     let human: Option<&mut dyn Write> = match opts.human {

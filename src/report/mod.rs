@@ -673,7 +673,174 @@ pub struct Summary {
     /// Sessions audited before they were over, to stay within `--session-memory` or the
     /// exchanges one session may hold; their later exchanges were audited apart.
     pub sessions_retired_early: u64,
+    /// What the TCP connections were read as, and what could not be read, and why.
+    pub coverage: CoverageStats,
     pub problems: Vec<InputProblem>,
+}
+
+/// Connections and bytes of one kind.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Tally {
+    pub connections: u64,
+    pub bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.connections += other.connections;
+        self.bytes += other.bytes;
+    }
+}
+
+/// A server endpoint whose traffic was not read.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct UnreadServer {
+    pub server: String,
+    pub reason: &'static str,
+    pub connections: u64,
+    pub bytes: u64,
+}
+
+/// Server endpoints named in `unread_servers`, by bytes; the rest are only counted.
+pub const MAX_UNREAD_SERVERS: usize = 10;
+/// Distinct (server, reason) pairs tallied per input before further ones go to `other`.
+const MAX_SERVERS_TALLIED: usize = 4096;
+
+/// Coverage accounting: every TCP connection is read (by protocol), empty, or not read with
+/// a reason; packets cut by the snap length are counted apart.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct CoverageStats {
+    /// Connections read, by protocol (`http1`), with their payload bytes.
+    pub read: BTreeMap<&'static str, Tally>,
+    /// Connections that carried no payload.
+    pub empty: u64,
+    /// Connections not read, by reason (`tls_no_keys`, `http2_unsupported`, `not_http`).
+    pub unread: BTreeMap<&'static str, Tally>,
+    /// Frames the snap length cut short (their missing bytes are TCP gaps), and the longest
+    /// captured length among them.
+    pub packets_cut: u64,
+    pub snap_length: Option<u64>,
+    /// The servers whose connections were not read, most bytes first.
+    pub unread_servers: Vec<UnreadServer>,
+    #[serde(skip)]
+    servers: BTreeMap<(String, &'static str), Tally>,
+}
+
+impl CoverageStats {
+    pub fn count_read(&mut self, protocol: &'static str, bytes: u64) {
+        self.read.entry(protocol).or_default().add(Tally {
+            connections: 1,
+            bytes,
+        });
+    }
+
+    pub fn count_unread(&mut self, reason: &'static str, server: Option<String>, bytes: u64) {
+        let one = Tally {
+            connections: 1,
+            bytes,
+        };
+        self.unread.entry(reason).or_default().add(one);
+        let server = server.unwrap_or_else(|| "unknown".to_string());
+        let key = if self.servers.len() < MAX_SERVERS_TALLIED
+            || self.servers.contains_key(&(server.clone(), reason))
+        {
+            (server, reason)
+        } else {
+            ("other".to_string(), reason)
+        };
+        self.servers.entry(key).or_default().add(one);
+    }
+
+    pub fn count_cut(&mut self, captured: u64) {
+        self.packets_cut += 1;
+        self.snap_length = Some(self.snap_length.map_or(captured, |s| s.max(captured)));
+    }
+
+    pub fn absorb(&mut self, other: &CoverageStats) {
+        for (k, t) in &other.read {
+            self.read.entry(k).or_default().add(*t);
+        }
+        self.empty += other.empty;
+        for (k, t) in &other.unread {
+            self.unread.entry(k).or_default().add(*t);
+        }
+        for (k, t) in &other.servers {
+            self.servers.entry(k.clone()).or_default().add(*t);
+        }
+        self.packets_cut += other.packets_cut;
+        self.snap_length = match (self.snap_length, other.snap_length) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.name_servers();
+    }
+
+    /// Fills `unread_servers` from the tally: most bytes first, then by name.
+    pub fn name_servers(&mut self) {
+        let mut all: Vec<UnreadServer> = self
+            .servers
+            .iter()
+            .map(|((server, reason), t)| UnreadServer {
+                server: server.clone(),
+                reason,
+                connections: t.connections,
+                bytes: t.bytes,
+            })
+            .collect();
+        all.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then_with(|| a.server.cmp(&b.server))
+                .then_with(|| a.reason.cmp(b.reason))
+        });
+        all.truncate(MAX_UNREAD_SERVERS);
+        self.unread_servers = all;
+    }
+
+    /// Traffic that may carry MCP went unread (traffic that is not HTTP at all does not
+    /// count).
+    pub fn may_hide_mcp(&self) -> bool {
+        self.unread.keys().any(|r| *r != "not_http") || self.packets_cut > 0
+    }
+
+    /// One line for a person: what was not read and what would help; `None` when all was.
+    pub fn warning(&self) -> Option<String> {
+        if !self.may_hide_mcp() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        for (reason, t) in &self.unread {
+            let what = match *reason {
+                "tls_no_keys" => "TLS, not decrypted (this version reads no TLS keys)",
+                "http2_unsupported" => "HTTP/2, which this version does not read",
+                "not_http" => continue,
+                other => other,
+            };
+            parts.push(format!(
+                "{} connection(s), {} bytes: {what}",
+                t.connections, t.bytes
+            ));
+        }
+        if self.packets_cut > 0 {
+            parts.push(format!(
+                "{} packet(s) cut at {} bytes by the snap length: capture with -s 0",
+                self.packets_cut,
+                self.snap_length.unwrap_or(0)
+            ));
+        }
+        let servers: Vec<String> = self
+            .unread_servers
+            .iter()
+            .filter(|s| s.reason != "not_http")
+            .take(3)
+            .map(|s| format!("{} ({})", s.server, s.reason))
+            .collect();
+        let mut line = format!("traffic not read: {}", parts.join("; "));
+        if !servers.is_empty() {
+            line.push_str(&format!("; servers: {}", servers.join(", ")));
+        }
+        Some(line)
+    }
 }
 
 impl Summary {

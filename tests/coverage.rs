@@ -1,0 +1,88 @@
+//! Coverage accounting on captures recorded with real tools: traffic the analyzer cannot read
+//! is named, changes the exit status, and never looks like a clean capture.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+struct Run {
+    code: i32,
+    stderr: String,
+    summary: Value,
+}
+
+fn run(input: &str) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["-j1", input])
+        .output()
+        .expect("run the binary");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    Run {
+        code: out.status.code().unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+        summary,
+    }
+}
+
+#[test]
+fn tls_without_keys_is_not_a_clean_capture() {
+    let r = run("fixtures/coverage-real/tls13-without-keys.pcap");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let cov = &r.summary["coverage"];
+    assert_eq!(cov["unread"]["tls_no_keys"]["connections"], 6);
+    assert!(cov["unread"]["tls_no_keys"]["bytes"].as_u64().unwrap() > 10_000);
+    assert_eq!(cov["unread_servers"][0]["reason"], "tls_no_keys");
+    assert_eq!(cov["unread_servers"][0]["server"], "127.0.0.1:18910");
+    assert_eq!(
+        r.stderr.trim_end(),
+        format!(
+            "warning: fixtures/coverage-real/tls13-without-keys.pcap: traffic not read: 6 \
+             connection(s), {} bytes: TLS, not decrypted (this version reads no TLS keys); \
+             servers: 127.0.0.1:18910 (tls_no_keys)",
+            cov["unread"]["tls_no_keys"]["bytes"]
+        )
+    );
+}
+
+#[test]
+fn http2_prior_knowledge_is_named() {
+    let r = run("fixtures/coverage-real/h2c-prior-knowledge.pcap");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let cov = &r.summary["coverage"];
+    assert_eq!(cov["unread"]["http2_unsupported"]["connections"], 1);
+    assert!(
+        r.stderr
+            .contains("HTTP/2, which this version does not read")
+    );
+    // The recorder's port probe carried no payload: empty, neither read nor unread.
+    assert_eq!(cov["empty"], 1);
+}
+
+#[test]
+fn a_snap_length_cut_is_named_with_its_length() {
+    let r = run("fixtures/coverage-real/py-snaplen200.pcap");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let cov = &r.summary["coverage"];
+    assert_eq!(cov["packets_cut"], 28);
+    assert_eq!(cov["snap_length"], 200);
+    assert!(
+        r.stderr
+            .contains("28 packet(s) cut at 200 bytes by the snap length: capture with -s 0"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_plaintext_capture_read_in_full_exits_as_before() {
+    let r = run("fixtures/real/py-counter.pcap");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stderr, "");
+    let cov = &r.summary["coverage"];
+    assert_eq!(cov["unread"], serde_json::json!({}));
+    // As tshark counts them: 18 connections, 6 of them with payload.
+    assert_eq!(cov["read"]["http1"]["connections"], 6);
+    assert_eq!(cov["empty"], 12);
+}
