@@ -5,6 +5,7 @@
 //! - [`jsonrpc`]: the few JSON-RPC members the session checks read out of event data.
 
 pub mod coding;
+pub mod h2;
 pub mod http1;
 pub mod jsonrpc;
 pub mod sse;
