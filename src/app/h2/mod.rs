@@ -2,4 +2,5 @@
 // wired into the app stack by the integration step
 #![allow(dead_code)]
 
+pub(crate) mod frame;
 pub(crate) mod hpack;
