@@ -1070,6 +1070,8 @@ impl Http2Connection {
         let state = &mut self.dirs[d];
         state.hpack = None;
         state.resync = Some(Resync::default());
+        // The first frame found after lost bytes need not be the direction's first.
+        state.seen_frame = true;
         state.current = Current::Ignore;
         if let Some(block) = state.block.as_mut() {
             // Its end, if any, was in the gap or will look like a stray CONTINUATION.

@@ -883,6 +883,37 @@ fn lost_response_head_ends_the_exchange_lost_sync() {
     );
 }
 
+/// A direction whose first bytes are missing is not abandoned: its frames are found, and
+/// what its lost table would have told stays unread.
+#[test]
+fn direction_starting_with_a_gap_resyncs() {
+    let client = cat(&[
+        &client_preface(),
+        &headers(1, true, &plain_request("GET", "/", &[])),
+    ]);
+    let steps = [
+        data(C, client),
+        Step::Gap(S, 100),
+        data(
+            S,
+            cat(&[
+                &headers(1, false, &plain_response("200", &[SSE])),
+                &data_frame(1, false, b"id: 1\n\n"),
+            ]),
+        ),
+    ];
+    let out = transcript(&steps);
+    assert!(!out.abandoned);
+    assert_eq!(
+        summary(&out.events),
+        [
+            "req 1 GET / sid=- last=-",
+            "anomaly Resynchronized",
+            "end 1 LostSync"
+        ]
+    );
+}
+
 #[test]
 fn gap_in_an_encoded_body_ends_it_lost_sync() {
     let client = cat(&[
