@@ -32,8 +32,8 @@
 //! - Bounded state: at most [`MAX_STREAMS`] streams (the least recently active is evicted
 //!   beyond it); one header block per direction, buffered up to `Limits::max_header_bytes`
 //!   (beyond: `HeaderTooLarge`, and the direction's HPACK table is lost, since a block cannot
-//!   be skipped without desynchronising it); HPACK tables at most [`MAX_HPACK_TABLE`]; DATA
-//!   content passes through as sub-slices. Work per call is proportional to the bytes given.
+//!   be skipped without desynchronising it); HPACK tables at most [`MAX_HPACK_TABLE`]; at most
+//!   [`MAX_DECODERS`] content decoders; DATA content passes through as sub-slices. Work per call is proportional to the bytes given.
 //! - Answers depend on marks, never on how the bytes of one mark are cut into calls.
 
 // wired into the app stack by the integration step
@@ -57,6 +57,9 @@ use hpack::HpackDecoder;
 
 /// Streams followed at once per connection.
 pub(crate) const MAX_STREAMS: usize = 1024;
+/// Encoded bodies decoded at once per connection: each decoder holds an inflate window and
+/// an output buffer (tens of KiB), so beyond this the least recently active one is evicted.
+pub(crate) const MAX_DECODERS: usize = 64;
 /// Largest HPACK dynamic table kept per direction. Browsers advertise 64 KiB; a peer that
 /// asks for more than we keep makes its header blocks unreadable rather than our memory grow.
 pub(crate) const MAX_HPACK_TABLE: usize = 64 * 1024;
@@ -962,15 +965,23 @@ impl Http2Connection {
         };
         match coding {
             ContentCoding::Identity => {}
-            ContentCoding::Gzip => body.decoder = Some(Box::new(ContentDecoder::gzip())),
-            ContentCoding::Deflate => body.decoder = Some(Box::new(ContentDecoder::deflate())),
+            ContentCoding::Gzip | ContentCoding::Deflate => {
+                self.make_room_for_decoder(id, mark, sink);
+                body.decoder = Some(Box::new(if coding == ContentCoding::Gzip {
+                    ContentDecoder::gzip()
+                } else {
+                    ContentDecoder::deflate()
+                }));
+            }
             ContentCoding::Unsupported => {
                 sink.anomaly(Anomaly::BadContentEncoding, mark);
                 sink.body_end(exchange, BodyEnd::Malformed, mark);
                 body.open = false;
             }
         }
-        stream.response = Response::Body(body);
+        if let Some(stream) = self.streams.get_mut(&id) {
+            stream.response = Response::Body(body);
+        }
         if block.end_stream
             && let Some(stream) = self.streams.remove(&id)
         {
@@ -1013,6 +1024,26 @@ impl Http2Connection {
                 last_active: self.clock,
             },
         );
+    }
+
+    /// Evicts the least recently active stream holding a content decoder when
+    /// [`MAX_DECODERS`] are held (`keep` is the stream about to get one).
+    fn make_room_for_decoder<S: HttpSink>(&mut self, keep: u32, mark: Mark, sink: &mut S) {
+        let holders = self
+            .streams
+            .iter()
+            .filter(|(_, s)| matches!(&s.response, Response::Body(b) if b.decoder.is_some()));
+        if holders.clone().count() < MAX_DECODERS {
+            return;
+        }
+        let oldest = holders
+            .filter(|&(&id, _)| id != keep)
+            .min_by_key(|(_, s)| s.last_active)
+            .map(|(&id, _)| id);
+        if let Some(stream) = oldest.and_then(|id| self.streams.remove(&id)) {
+            self.stats.streams_evicted += 1;
+            end_body(stream, BodyEnd::Stream(StreamEnd::Evicted), mark, sink);
+        }
     }
 
     fn deliver<S: HttpSink>(&mut self, id: u32, bytes: &[u8], mark: Mark, sink: &mut S) {

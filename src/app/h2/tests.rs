@@ -1047,6 +1047,32 @@ fn streams_are_capped_by_evicting_the_oldest() {
 }
 
 #[test]
+fn content_decoders_are_capped() {
+    let mut client = client_preface();
+    let mut server = server_preface();
+    let n = MAX_DECODERS as u32 + 3;
+    for i in 0..n {
+        let id = 2 * i + 1;
+        client.extend(headers(id, true, &plain_request("GET", "/", &[])));
+        let gz = plain_response("200", &[SSE, ("content-encoding", "gzip")]);
+        server.extend(headers(id, false, &gz));
+    }
+    let out = transcript(&[data(C, client), data(S, server)]);
+    let evicted: Vec<String> = summary(&out.events)
+        .into_iter()
+        .filter(|l| l.starts_with("end"))
+        .collect();
+    assert_eq!(
+        evicted,
+        [
+            "end 1 Stream(Evicted)",
+            "end 3 Stream(Evicted)",
+            "end 5 Stream(Evicted)"
+        ]
+    );
+}
+
+#[test]
 fn a_flood_of_tiny_frames_stays_bounded() {
     let mut server = server_preface();
     for i in 0..200_000u32 {
