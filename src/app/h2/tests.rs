@@ -1176,3 +1176,111 @@ proptest! {
         transcript(&steps);
     }
 }
+
+// ----- a real capture -----
+
+/// Forwards reassembled TCP bytes to the HTTP/2 parser.
+struct H2Bridge<'a> {
+    conn: &'a mut Http2Connection,
+    rec: &'a mut Recorder,
+}
+
+impl crate::record::StreamSink for H2Bridge<'_> {
+    fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+        self.conn.data(dir, bytes, mark, self.rec);
+    }
+    fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+        self.conn.gap(dir, len, mark, self.rec);
+    }
+    fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+        self.conn.end(dir, how, mark, self.rec);
+    }
+}
+
+/// `fixtures/h2-real/py-h2c-prior.pcap` (hypercorn and the Python SDK client over h2c with
+/// prior knowledge; see the fixture's `record.sh`) read through the crate's own capture
+/// reader, packet decoder and TCP reassembly: every request head of the session comes out,
+/// each on its stream, and the resume GET carries its `last-event-id`. Skipped while the
+/// fixture is not in the tree.
+#[test]
+fn real_h2c_prior_knowledge_capture() {
+    use crate::input::capture::CaptureReader;
+    use crate::net::decode;
+    use crate::net::tcp::{TcpConnection, TcpSegment};
+    use std::collections::BTreeMap;
+
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h2-real/py-h2c-prior.pcap");
+    let Ok(file) = std::fs::File::open(&path) else {
+        eprintln!("skipped: {} is not in the tree", path.display());
+        return;
+    };
+    let limits = Limits::default();
+    let mut reader = CaptureReader::open(std::io::BufReader::new(file), 1 << 20).unwrap();
+    // Per connection (keyed by the endpoints of its first packet): reassembly and parser.
+    let mut conns: BTreeMap<
+        (decode::Endpoint, decode::Endpoint),
+        (TcpConnection, Http2Connection, Recorder),
+    > = BTreeMap::new();
+    let mut last = Mark::default();
+    while let Some(p) = reader.next_packet().unwrap() {
+        let Ok(tcp) = decode::decode(p.linktype, p.data) else {
+            continue;
+        };
+        let mark = Mark::new(p.frame, p.time_ns);
+        last = mark;
+        let (key, dir) = if conns.contains_key(&(tcp.dst, tcp.src)) {
+            ((tcp.dst, tcp.src), Direction::Reverse)
+        } else {
+            ((tcp.src, tcp.dst), Direction::Forward)
+        };
+        let (tcp_conn, h2, rec) = conns.entry(key).or_insert_with(|| {
+            (
+                TcpConnection::new(&limits),
+                Http2Connection::new(&limits),
+                Recorder::default(),
+            )
+        });
+        let seg = TcpSegment {
+            seq: tcp.seq,
+            ack: tcp.ack,
+            flags: tcp.flags,
+            payload: tcp.payload,
+            mark,
+        };
+        tcp_conn.segment(dir, &seg, &mut H2Bridge { conn: h2, rec });
+    }
+    let mut requests = Vec::new();
+    for (_, (mut tcp_conn, mut h2, mut rec)) in conns {
+        tcp_conn.finish(
+            StreamEnd::CaptureEnd,
+            last,
+            &mut H2Bridge {
+                conn: &mut h2,
+                rec: &mut rec,
+            },
+        );
+        assert!(!h2.is_abandoned());
+        assert_eq!(h2.stats().headers_unreadable, 0);
+        assert_eq!(h2.stats().resyncs, 0);
+        check_contract(&rec.events, true);
+        for event in rec.events {
+            if let Event::Request(head) = event {
+                assert_eq!(Some(head.exchange), head.h2_stream);
+                assert!(head.exchange % 2 == 1);
+                requests.push(head);
+            }
+        }
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.method == "POST" && r.target == "/mcp")
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.method == "GET" && r.last_event_id.is_some() && r.session_id.is_some()),
+        "a resume GET with its last-event-id: {requests:#?}"
+    );
+}
