@@ -669,6 +669,10 @@ fn run_h2(t: &Transcript<'_>, split: Option<u8>) -> HttpRecorder {
         lost_answer_ok: true,
         ..HttpRecorder::default()
     };
+    if let Some((_, exchange)) = upgraded {
+        // Stream 1's request head was delivered by the HTTP/1.1 parser before the switch.
+        rec.requested.insert(exchange);
+    }
     let mut cuts = split.map(Cuts::new);
     // Most inputs should reach frames: the prefaces are given unless bit 0 asks for raw bytes.
     if t.header[0] & 1 == 0 {
