@@ -1,8 +1,8 @@
 //! HTTP/2 exchanges of one TCP connection, parsed incrementally from both directions.
 //!
 //! Input: the calls of [`crate::record::StreamSink`] for one connection that speaks HTTP/2
-//! from its first byte (prior knowledge, or TLS with ALPN `h2`: [`Http2Connection::new`]) or
-//! from right after an accepted `Upgrade: h2c` ([`Http2Connection::upgraded`]) — in-order
+//! from its first byte (prior knowledge, or TLS with ALPN `h2`: `Http2Connection::new`) or
+//! from right after an accepted `Upgrade: h2c` (`Http2Connection::upgraded`) — in-order
 //! bytes of each direction, missing bytes as `gap(len)`, one `end` per direction.
 //!
 //! Output: the same [`HttpSink`] calls as [`crate::app::http1`]: a request head per client
@@ -25,15 +25,15 @@
 //!   `LostSync`). A gap that may hold frame headers loses framing: the direction's HPACK
 //!   table is lost for good (every later header block of that direction is counted in
 //!   `headers_unreadable` and read as nothing), the direction searches for the next frame
-//!   start ([`frame::Resync`]) and delivers nothing meanwhile; after it, DATA of known
+//!   start (`frame::Resync`) and delivers nothing meanwhile; after it, DATA of known
 //!   streams goes on after a `body_gap(0)`. A request whose response head can no longer be
 //!   read ends with `body_end(LostSync)` and no response (the one exception in the sink
 //!   contract).
-//! - Bounded state: at most [`MAX_STREAMS`] streams (the least recently active is evicted
+//! - Bounded state: at most `MAX_STREAMS` streams (the least recently active is evicted
 //!   beyond it); one header block per direction, buffered up to `Limits::max_header_bytes`
 //!   (beyond: `HeaderTooLarge`, and the direction's HPACK table is lost, since a block cannot
-//!   be skipped without desynchronising it); HPACK tables at most [`MAX_HPACK_TABLE`]; at most
-//!   [`MAX_DECODERS`] content decoders; DATA content passes through as sub-slices. Work per call is proportional to the bytes given.
+//!   be skipped without desynchronising it); HPACK tables at most `MAX_HPACK_TABLE`; at most
+//!   `MAX_DECODERS` content decoders; DATA content passes through as sub-slices. Work per call is proportional to the bytes given.
 //! - Answers depend on marks, never on how the bytes of one mark are cut into calls.
 
 // wired into the app stack by the integration step
