@@ -19,7 +19,7 @@ pub mod fuzzing {
     use crate::app::h2::Http2Connection;
     use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd};
 
-    /// [`Http2Connection`] (crate-private) behind a public face.
+    /// `app::h2::Http2Connection` (crate-private) behind a public face.
     pub struct Http2Fuzz(Http2Connection);
 
     impl Http2Fuzz {
