@@ -94,10 +94,12 @@ pub struct RequestHead {
     pub last_event_id: Option<String>,
     /// `MCP-Protocol-Version` as sent.
     pub protocol_version: Option<String>,
-    /// Frame holding the first byte of the request line.
+    /// Frame holding the first byte of the request line (HTTP/2: of the HEADERS frame).
     pub first: Mark,
-    /// Frame holding the last byte of the head.
+    /// Frame holding the last byte of the head (HTTP/2: of the header block).
     pub complete: Mark,
+    /// The HTTP/2 stream that carried the exchange (`http2.streamid`); `None` on HTTP/1.x.
+    pub h2_stream: Option<u32>,
 }
 
 /// A parsed HTTP/1.x final (non-1xx) response head.
@@ -113,6 +115,8 @@ pub struct ResponseHead {
     pub content_encoding: Option<String>,
     pub first: Mark,
     pub complete: Mark,
+    /// The HTTP/2 stream that carried the exchange (`http2.streamid`); `None` on HTTP/1.x.
+    pub h2_stream: Option<u32>,
 }
 
 impl ResponseHead {
@@ -140,13 +144,21 @@ pub enum BodyEnd {
     LostSync,
     /// The body could not be decoded (bad chunk framing, bad gzip data).
     Malformed,
+    /// HTTP/2: a RST_STREAM ended the stream, sent by the client or by the server, with its
+    /// error code.
+    Reset { by_client: bool, code: u32 },
+    /// HTTP/2: the server's GOAWAY named a last stream id below this stream, or the
+    /// connection ended after a GOAWAY while the stream was open; the GOAWAY's error code.
+    GoneAway { code: u32 },
 }
 
 /// Receives HTTP exchanges of one connection as they are parsed.
 ///
 /// Contract: for one exchange, `request` comes before `response` when the request was seen;
 /// `response` before any `body`/`body_gap` of that response; `body_end` exactly once per
-/// response whose head was delivered. Body bytes are content-decoded (gzip/deflate) already.
+/// response whose head was delivered. One exception, HTTP/2 only: when bytes were lost and
+/// the response head of a delivered request can no longer be read, `body_end(LostSync)` comes
+/// once without a `response` before it (the capture lacks the answer; nothing follows it). Body bytes are content-decoded (gzip/deflate) already.
 /// Request bodies are not delivered.
 pub trait HttpSink {
     fn request(&mut self, head: RequestHead);
@@ -179,6 +191,9 @@ pub enum Anomaly {
     OutOfOrderOverflow,
     /// An SSE field value longer than `Limits::max_sse_field_bytes` was cut.
     SseFieldTooLong,
+    /// An HTTP/2 frame that breaks the protocol (longer than the peer allows, a length or
+    /// padding its type forbids, a header block interrupted); skipped by its length.
+    Http2Protocol,
 }
 
 /// Bounds that keep every stage's state independent of the input size.

@@ -537,6 +537,7 @@ impl HttpConnection {
             protocol_version: facts.protocol_version,
             first,
             complete: mark,
+            h2_stream: None,
         });
         self.directions[d].skipping = false;
         let framing = match (facts.transfer_chunked, facts.content_length) {
@@ -608,6 +609,7 @@ impl HttpConnection {
             content_encoding: facts.content_encoding,
             first,
             complete: mark,
+            h2_stream: None,
         });
         let tunnel = request.is_some_and(|r| r.tunnel) && (200..300).contains(&status);
         if status == 101 || tunnel {

@@ -16,12 +16,14 @@
 //! - A connection that cannot be read ends in [`AppStack::Unreadable`] with its reason; the
 //!   caller stops feeding it.
 //!
-//! Parts: [`detect`] (protocol detection), [`http1`] (HTTP/1.1 exchanges), [`coding`] (content
+//! Parts: [`detect`] (protocol detection), [`http1`] (HTTP/1.1 exchanges), [`h2`] (HTTP/2
+//! streams as the same exchanges: framing, HPACK, recovery after lost bytes), [`coding`] (content
 //! codings, shared by every HTTP version), [`sse`] (event-stream bodies), [`jsonrpc`] (the few
 //! JSON-RPC members the session checks read out of event data).
 
 pub mod coding;
 pub mod detect;
+pub mod h2;
 pub mod http1;
 pub mod jsonrpc;
 pub mod sse;

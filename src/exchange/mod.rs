@@ -865,6 +865,16 @@ fn outcome_of(end: BodyEnd) -> StreamOutcome {
         BodyEnd::Stream(_) => StreamOutcome::NotSeenToEnd,
         BodyEnd::LostSync => StreamOutcome::LostSync,
         BodyEnd::Malformed => StreamOutcome::Undecodable,
+        // A server's RST_STREAM ends the stream on the wire, as a server's TCP RST does; the
+        // client's says the client gave up while the server may have had more.
+        BodyEnd::Reset {
+            by_client: false, ..
+        } => StreamOutcome::EndedOnWire,
+        BodyEnd::Reset {
+            by_client: true, ..
+        } => StreamOutcome::ClientAborted,
+        // The server said it would not go on with this stream: its end was seen on the wire.
+        BodyEnd::GoneAway { .. } => StreamOutcome::EndedOnWire,
     }
 }
 
@@ -2165,5 +2175,31 @@ mod tests {
         for n in 0..40 {
             assert_ne!(h(&[&long[..n]]), h(&[&long[..n + 1]]));
         }
+    }
+
+    #[test]
+    fn server_stream_reset_ended_on_the_wire() {
+        let end = BodyEnd::Reset {
+            by_client: false,
+            code: 2,
+        };
+        assert_eq!(outcome_of(end), StreamOutcome::EndedOnWire);
+    }
+
+    #[test]
+    fn client_stream_reset_is_a_client_abort() {
+        let end = BodyEnd::Reset {
+            by_client: true,
+            code: 8,
+        };
+        assert_eq!(outcome_of(end), StreamOutcome::ClientAborted);
+    }
+
+    #[test]
+    fn goaway_ended_on_the_wire() {
+        assert_eq!(
+            outcome_of(BodyEnd::GoneAway { code: 0 }),
+            StreamOutcome::EndedOnWire
+        );
     }
 }

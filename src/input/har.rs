@@ -779,6 +779,8 @@ impl HarRun<'_> {
             )?,
             first: mark,
             complete: mark,
+            // A HAR entry does not name the HTTP/2 stream that carried it.
+            h2_stream: None,
         };
         let resp = &e.response;
         // Browsers write 0 (Chrome) or -1 (Playwright) for a request that got no response.
@@ -816,6 +818,7 @@ impl HarRun<'_> {
                 )?,
                 first: mark,
                 complete: mark,
+                h2_stream: None,
             };
             let wants_body = head.is_event_stream();
             tracker.response(head);

@@ -112,6 +112,13 @@ pub fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
         BodyEnd::Stream(Abandoned) => "abandoned",
         BodyEnd::LostSync => "lost_sync",
         BodyEnd::Malformed => "malformed",
+        BodyEnd::Reset {
+            by_client: false, ..
+        } => "stream_reset",
+        BodyEnd::Reset {
+            by_client: true, ..
+        } => "client_stream_reset",
+        BodyEnd::GoneAway { .. } => "goaway",
     })
 }
 
@@ -887,6 +894,15 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http2_ends_have_report_names() {
+        let name = |end| body_end_name(Some(end));
+        let reset = |by_client| BodyEnd::Reset { by_client, code: 8 };
+        assert_eq!(name(reset(false)), Some("stream_reset"));
+        assert_eq!(name(reset(true)), Some("client_stream_reset"));
+        assert_eq!(name(BodyEnd::GoneAway { code: 0 }), Some("goaway"));
+    }
 
     #[test]
     fn rfc3339_known_instants() {
