@@ -7,11 +7,14 @@
 //! Invariants: no byte that failed authentication is forwarded; every bound is a constant of
 //! its module, never a length field of the input; no input panics.
 //!
+//! - [`keylog`]: NSS key log lines, by client random.
 //! - [`crypto`]: suites, key schedules (TLS 1.2 PRF, TLS 1.3 HKDF), AEAD record protection.
 
 // wired into the app stack by the integration step
 #![allow(dead_code, unused_imports)]
 
 pub(crate) mod crypto;
+pub(crate) mod keylog;
 
 pub(crate) use crypto::cipher_suite_name;
+pub(crate) use keylog::{KeyLog, KeyLogStats, KeySource};
