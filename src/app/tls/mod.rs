@@ -8,12 +8,16 @@
 //! its module, never a length field of the input; no input panics.
 //!
 //! - [`keylog`]: NSS key log lines, by client random.
+//! - [`framing`]: records rebuilt from a byte stream, and boundary search after a loss.
+//! - [`handshake`]: handshake messages rebuilt across records; hello facts.
 //! - [`crypto`]: suites, key schedules (TLS 1.2 PRF, TLS 1.3 HKDF), AEAD record protection.
 
 // wired into the app stack by the integration step
 #![allow(dead_code, unused_imports)]
 
 pub(crate) mod crypto;
+pub(crate) mod framing;
+pub(crate) mod handshake;
 pub(crate) mod keylog;
 
 pub(crate) use crypto::cipher_suite_name;
