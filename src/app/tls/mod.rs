@@ -11,14 +11,17 @@
 //! - [`framing`]: records rebuilt from a byte stream, and boundary search after a loss.
 //! - [`handshake`]: handshake messages rebuilt across records; hello facts.
 //! - [`crypto`]: suites, key schedules (TLS 1.2 PRF, TLS 1.3 HKDF), AEAD record protection.
+//! - [`connection`]: the per-connection state machine, [`TlsConnection`].
 
 // wired into the app stack by the integration step
 #![allow(dead_code, unused_imports)]
 
+pub(crate) mod connection;
 pub(crate) mod crypto;
 pub(crate) mod framing;
 pub(crate) mod handshake;
 pub(crate) mod keylog;
 
+pub(crate) use connection::{TlsConnection, TlsFacts, TlsStatus};
 pub(crate) use crypto::cipher_suite_name;
 pub(crate) use keylog::{KeyLog, KeyLogStats, KeySource};
