@@ -2110,4 +2110,240 @@ mod tests {
         assert_eq!(data_of(&events, Forward), vec![b"GET /early".to_vec()]);
         assert_eq!(facts.early_data_records, 1);
     }
+
+    /// Reads a capture through the crate's own capture reader, decoder and TCP reassembly,
+    /// and decrypts every TCP connection with the key log beside it. Returns, per connection,
+    /// the decrypted records of each direction (client first) and the facts.
+    /// `drop` names frames whose TCP payload is left out, as if the capture had lost them.
+    fn decrypt_capture(
+        pcap: &std::path::Path,
+        keylog: &[u8],
+        drop: &[u64],
+    ) -> Vec<([Vec<Vec<u8>>; 2], TlsFacts)> {
+        use crate::input::capture::CaptureReader;
+        use crate::net::decode::{self, Endpoint};
+        use crate::net::tcp::{TcpConnection, TcpSegment};
+
+        struct Bridge<'a> {
+            tls: &'a mut TlsConnection,
+            keys: &'a KeyLog,
+            child: &'a mut Child,
+        }
+        impl StreamSink for Bridge<'_> {
+            fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+                self.tls.data(self.keys, dir, bytes, mark, self.child);
+            }
+            fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+                self.tls.gap(self.keys, dir, len, mark, self.child);
+            }
+            fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+                self.tls.end(dir, how, mark, self.child);
+            }
+        }
+        struct Flow {
+            first: Endpoint,
+            tcp: TcpConnection,
+            tls: TlsConnection,
+            child: Child,
+        }
+
+        let mut keys = KeyLog::new();
+        let stats = keys.add_nss(keylog, KeySource::File("fixture".into()));
+        assert_eq!(stats.malformed, 0, "{:?}", stats.errors);
+        let limits = Limits::default();
+        let file = std::fs::File::open(pcap).unwrap();
+        let mut reader = CaptureReader::open(file, limits.max_block_bytes).unwrap();
+        let mut flows: Vec<((Endpoint, Endpoint), Flow)> = Vec::new();
+        let mut last = Mark::default();
+        while let Some(packet) = reader.next_packet().unwrap() {
+            let mark = Mark::new(packet.frame, packet.time_ns);
+            last = mark;
+            let Ok(tcp) = decode::decode(packet.linktype, packet.data) else {
+                continue;
+            };
+            let key = (tcp.src.min(tcp.dst), tcp.src.max(tcp.dst));
+            let i = match flows.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    flows.push((
+                        key,
+                        Flow {
+                            first: tcp.src,
+                            tcp: TcpConnection::new(&limits),
+                            tls: TlsConnection::new(&limits),
+                            child: Child::default(),
+                        },
+                    ));
+                    flows.len() - 1
+                }
+            };
+            let flow = &mut flows[i].1;
+            let dir = if tcp.src == flow.first {
+                Forward
+            } else {
+                Reverse
+            };
+            if drop.contains(&packet.frame) && !tcp.payload.is_empty() {
+                continue;
+            }
+            let seg = TcpSegment {
+                seq: tcp.seq,
+                ack: tcp.ack,
+                flags: tcp.flags,
+                payload: tcp.payload,
+                mark,
+            };
+            let mut bridge = Bridge {
+                tls: &mut flow.tls,
+                keys: &keys,
+                child: &mut flow.child,
+            };
+            flow.tcp.segment(dir, &seg, &mut bridge);
+        }
+        flows
+            .into_iter()
+            .map(|(_, mut flow)| {
+                let mut bridge = Bridge {
+                    tls: &mut flow.tls,
+                    keys: &keys,
+                    child: &mut flow.child,
+                };
+                flow.tcp.finish(StreamEnd::CaptureEnd, last, &mut bridge);
+                let facts = flow.tls.facts().clone();
+                let client = facts.client.unwrap_or(Forward);
+                let mut streams = [Vec::new(), Vec::new()];
+                for e in &flow.child.0 {
+                    if let Ev::Data(d, b, _) = e {
+                        streams[usize::from(*d != client)].push(b.clone());
+                    }
+                }
+                (streams, facts)
+            })
+            .collect()
+    }
+
+    /// The real captures of `fixtures/tls-real/` (Python MCP SDK over HTTPS with OpenSSL's
+    /// key log), when present: every connection decrypts to HTTP/1.1 requests and responses,
+    /// except those of captures named `*cbc*`, which must be named unsupported.
+    /// `MCP_TLS_REAL_DIR` names another folder holding such captures.
+    #[test]
+    fn real_captures_decrypt_to_http() {
+        let dir = std::env::var_os("MCP_TLS_REAL_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls-real")
+            });
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            eprintln!("{}: no real TLS captures here; skipped", dir.display());
+            return;
+        };
+        let mut captures: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
+            .filter(|p| p.with_extension("keys").exists())
+            .collect();
+        captures.sort();
+        for pcap in captures {
+            let keylog = std::fs::read(pcap.with_extension("keys")).unwrap();
+            let connections = decrypt_capture(&pcap, &keylog, &[]);
+            assert!(!connections.is_empty(), "{}", pcap.display());
+            eprintln!("{}: {} connections", pcap.display(), connections.len());
+            for ([to_server, to_client], facts) in connections {
+                let (to_server, to_client) = (to_server.concat(), to_client.concat());
+                eprintln!(
+                    "  {:?} {:?} {} records, {} + {} bytes",
+                    facts.status,
+                    facts.cipher_suite.map(cipher_suite_name),
+                    facts.records_decrypted,
+                    to_server.len(),
+                    to_client.len()
+                );
+                let what = format!("{}: {facts:?}", pcap.display());
+                if pcap.to_string_lossy().contains("cbc") {
+                    // A CBC suite: named, unreadable, nothing forwarded.
+                    let TlsStatus::Unsupported(name) = &facts.status else {
+                        panic!("{what}");
+                    };
+                    assert!(name.contains("_CBC_"), "{what}");
+                    assert!(to_server.is_empty() && to_client.is_empty(), "{what}");
+                    continue;
+                }
+                assert_eq!(facts.status, TlsStatus::Decrypting, "{what}");
+                assert_eq!(
+                    (facts.auth_failures, facts.resync_failures),
+                    (0, 0),
+                    "{what}"
+                );
+                let request_line = to_server.split(|&b| b == b'\n').next().unwrap_or(&[]);
+                assert!(
+                    [&b"GET "[..], b"POST ", b"DELETE "]
+                        .iter()
+                        .any(|m| request_line.starts_with(m))
+                        && request_line.ends_with(b"HTTP/1.1\r"),
+                    "{what}: {:?}",
+                    String::from_utf8_lossy(request_line)
+                );
+                assert!(to_client.starts_with(b"HTTP/1.1 "), "{what}");
+            }
+        }
+    }
+
+    /// The real captures again, each with one segment left out at a time, as if the capture
+    /// had lost it: wherever the loss falls, nothing fails to authenticate, every record
+    /// delivered is one of the records delivered without the loss, in order, and losses inside
+    /// the application data are recovered from when a record follows them.
+    #[test]
+    fn real_captures_recover_from_any_one_lost_segment() {
+        let Some(dir) = std::env::var_os("MCP_TLS_REAL_DIR")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls-real");
+                d.exists().then_some(d)
+            })
+        else {
+            eprintln!("no real TLS captures; skipped");
+            return;
+        };
+        for name in [
+            "py-tls13-aes128",
+            "py-tls13-chacha20",
+            "py-tls12-aes128gcm",
+            "py-tls12-chacha20",
+        ] {
+            let pcap = dir.join(format!("{name}.pcap"));
+            let Ok(keylog) = std::fs::read(pcap.with_extension("keys")) else {
+                continue;
+            };
+            let base = decrypt_capture(&pcap, &keylog, &[]);
+            let mut resyncs = 0;
+            for frame in 1..=400 {
+                for (i, (lossy, facts)) in
+                    decrypt_capture(&pcap, &keylog, &[frame]).iter().enumerate()
+                {
+                    let what = format!("{name} frame {frame} connection {i}: {facts:?}");
+                    assert_eq!(facts.auth_failures, 0, "{what}");
+                    assert!(
+                        matches!(
+                            facts.status,
+                            TlsStatus::Decrypting | TlsStatus::HandshakeNotCaptured
+                        ),
+                        "{what}"
+                    );
+                    for (records, base_records) in lossy.iter().zip(&base[i].0) {
+                        // Each record delivered is a base record, in order.
+                        let mut from = 0;
+                        for record in records {
+                            let at = base_records[from..].iter().position(|r| r == record);
+                            let at =
+                                at.unwrap_or_else(|| panic!("{what}: a record not in the base"));
+                            from += at + 1;
+                        }
+                    }
+                    resyncs += facts.resyncs;
+                }
+            }
+            assert!(resyncs >= 12, "{name}: {resyncs} recoveries");
+        }
+    }
 }
