@@ -23,7 +23,8 @@
 //! - Memory is bounded per connection: one record per direction in framing, one kept
 //!   handshake message, [`MAX_HELD_BYTES`] of input held while waiting for keys, and a
 //!   resynchronisation window of at most two records. Trial decryptions after a loss are
-//!   capped at [`MAX_TRIALS_PER_GAP`] and the bytes searched at [`MAX_RESYNC_SCAN_BYTES`].
+//!   capped at [`MAX_TRIALS_PER_GAP`] (and [`MAX_TRIALS_PER_CONNECTION`]) and the bytes
+//!   searched at [`MAX_RESYNC_SCAN_BYTES`].
 //! - Results depend on the bytes and the marks, not on how the bytes are cut into calls.
 //!
 //! Loss recovery goes beyond Wireshark, which stops decrypting a connection at its first
@@ -61,6 +62,9 @@ pub(crate) const MAX_HELD_BYTES: usize = 256 * 1024;
 const HELD_ITEM_COST: usize = 64;
 /// Trial decryptions after one loss before the direction is given up.
 pub(crate) const MAX_TRIALS_PER_GAP: u32 = 4096;
+/// Trial decryptions over a whole connection: a hostile stream of records that never
+/// authenticate, each one a loss to recover from, costs no more than this.
+pub(crate) const MAX_TRIALS_PER_CONNECTION: u64 = 64 * 1024;
 /// Bytes searched for a record boundary after one loss before the direction is given up.
 pub(crate) const MAX_RESYNC_SCAN_BYTES: u64 = 256 * 1024;
 
@@ -292,11 +296,13 @@ fn attempt(
     body: &[u8],
     scratch: &mut Vec<u8>,
     trials: &mut u32,
+    connection_trials: &mut u64,
 ) -> Option<(u8, Vec<u8>)> {
-    if *trials >= MAX_TRIALS_PER_GAP {
+    if *trials >= MAX_TRIALS_PER_GAP || *connection_trials >= MAX_TRIALS_PER_CONNECTION {
         return None;
     }
     *trials += 1;
+    *connection_trials += 1;
     scratch.clear();
     scratch.extend_from_slice(body);
     let opened = key.open(seq, header, scratch)?;
@@ -318,6 +324,8 @@ pub(crate) struct TlsConnection {
     /// A valid record was seen in either direction: later framing errors are losses, not
     /// proof that the stream is not TLS.
     seen_record: bool,
+    /// Trial decryptions spent on losses so far.
+    trials: u64,
     /// Reused buffer for trial decryptions.
     scratch: Vec<u8>,
 }
@@ -336,6 +344,7 @@ impl TlsConnection {
             held_bytes: 0,
             hello_started: false,
             seen_record: false,
+            trials: 0,
             scratch: Vec::new(),
         }
     }
@@ -1056,7 +1065,7 @@ impl TlsConnection {
                         self.recovered(dir, &rs, at, found, mark, child);
                         return Some(rest);
                     }
-                    if rs.trials >= MAX_TRIALS_PER_GAP {
+                    if rs.trials >= MAX_TRIALS_PER_GAP || self.trials >= MAX_TRIALS_PER_CONNECTION {
                         self.facts.resync_failures += 1;
                         self.lose(dir, mark, child);
                         return None;
@@ -1096,6 +1105,7 @@ impl TlsConnection {
             .window
             .get(at + HEADER_LEN..at + HEADER_LEN + header.len)?;
         let trials = &mut rs.trials;
+        let connection_trials = &mut self.trials;
         let scratch = &mut self.scratch;
         let half = &self.halves[dir.index()];
         let in_handshake = half.epoch == Epoch::Handshake && half.handshake_key.is_some();
@@ -1124,12 +1134,28 @@ impl TlsConnection {
             if let Some(seq) = key.explicit_nonce(body)
                 && seq >= base
                 && seq - base <= span
-                && let Some(o) = attempt(key, seq, &header_bytes, body, scratch, trials)
+                && let Some(o) = attempt(
+                    key,
+                    seq,
+                    &header_bytes,
+                    body,
+                    scratch,
+                    trials,
+                    connection_trials,
+                )
             {
                 return Some(found(seq, Via::Current, o));
             }
             for seq in base..=base.saturating_add(span) {
-                if let Some(o) = attempt(key, seq, &header_bytes, body, scratch, trials) {
+                if let Some(o) = attempt(
+                    key,
+                    seq,
+                    &header_bytes,
+                    body,
+                    scratch,
+                    trials,
+                    connection_trials,
+                ) {
                     return Some(found(seq, Via::Current, o));
                 }
             }
@@ -1138,7 +1164,15 @@ impl TlsConnection {
             // The loss may have taken the end of the handshake: the application key, from 0.
             let app = half.app_key.as_ref()?;
             for seq in 0..=span {
-                if let Some(o) = attempt(app, seq, &header_bytes, body, scratch, trials) {
+                if let Some(o) = attempt(
+                    app,
+                    seq,
+                    &header_bytes,
+                    body,
+                    scratch,
+                    trials,
+                    connection_trials,
+                ) {
                     return Some(found(seq, Via::AppFromHandshake, o));
                 }
             }
@@ -1148,7 +1182,15 @@ impl TlsConnection {
             let next = next_traffic_secret(suite.hash, &secret);
             let next_key = RecordKey::tls13(&suite, &next)?;
             for seq in 0..=span {
-                if let Some(o) = attempt(&next_key, seq, &header_bytes, body, scratch, trials) {
+                if let Some(o) = attempt(
+                    &next_key,
+                    seq,
+                    &header_bytes,
+                    body,
+                    scratch,
+                    trials,
+                    connection_trials,
+                ) {
                     return Some(found(
                         seq,
                         Via::NextGeneration(Box::new((next, next_key))),
@@ -2087,6 +2129,37 @@ mod tests {
         steps.push(Step::End(Forward, StreamEnd::Fin));
         let (events, _) = run_all_splits(&steps, &c.keylog);
         assert!(events.iter().all(|e| !matches!(e, Ev::Data(..))));
+    }
+
+    #[test]
+    fn records_that_never_authenticate_cost_bounded_work() {
+        let mut c = conn(0x1301, 200);
+        let mut steps = handshake_steps(&mut c, Forward, false);
+        steps.push(Step::Seg(Reverse, c.server.seal(APPLICATION_DATA, b"good")));
+        // 300 well-framed 16 KiB records of noise: each fails, each starts a search.
+        let mut noise = Vec::new();
+        for i in 0..300u32 {
+            noise.extend(plain(APPLICATION_DATA, &vec![(i % 251) as u8; 16 * 1024]));
+        }
+        steps.push(Step::Seg(Reverse, noise));
+        steps.push(Step::End(Reverse, StreamEnd::Fin));
+        let started = std::time::Instant::now();
+        let mut tls = TlsConnection::new(&Limits::default());
+        let mut keys = KeyLog::new();
+        keys.add_nss(c.keylog.as_bytes(), KeySource::Embedded);
+        let mut child = Child::default();
+        for (i, step) in steps.iter().enumerate() {
+            let mark = Mark::new(i as u64 + 1, 0);
+            match step {
+                Step::Seg(d, b) => tls.data(&keys, *d, b, mark, &mut child),
+                Step::End(d, h) => tls.end(*d, *h, mark, &mut child),
+                _ => {}
+            }
+        }
+        assert!(tls.trials <= MAX_TRIALS_PER_CONNECTION);
+        assert_eq!(data_of(&child.0, Reverse), vec![b"good".to_vec()]);
+        assert!(child.0.contains(&Ev::Gap(Reverse, 0, 5)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
 
     #[test]
