@@ -2162,6 +2162,55 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
 
+    /// Writes seeds for the `tls_record` fuzz target into `$FUZZ_SEED_DIR`: whole connections
+    /// under the fuzz harness's fixed key log (client random of zeros), in its step encoding,
+    /// so the fuzzer starts from inputs that decrypt. Run with
+    /// `FUZZ_SEED_DIR=fuzz/corpus/tls_record cargo test --lib write_tls_fuzz_seeds -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_tls_fuzz_seeds() {
+        let Some(out) = std::env::var_os("FUZZ_SEED_DIR") else {
+            return;
+        };
+        std::fs::create_dir_all(&out).unwrap();
+        for id in [0x1301, 0x1303, 0xC02F, 0xCCA8] {
+            let mut c = conn(id, 0);
+            let suite = c.suite;
+            if suite.protocol == Protocol::Tls13 {
+                let key =
+                    |b: u8| RecordKey::tls13(&suite, &Secret::new(&[b; 32]).unwrap()).unwrap();
+                c.client.handshake = Some(key(0x22));
+                c.server.handshake = Some(key(0x33));
+                c.client.app = key(0x44);
+                c.server.app = key(0x55);
+                c.client.app_secret = Secret::new(&[0x44; 32]);
+                c.server.app_secret = Secret::new(&[0x55; 32]);
+            } else {
+                let (ck, sk) =
+                    RecordKey::tls12_pair(&suite, &[0x11; 48], &[0; 32], &c.server_random).unwrap();
+                c.client.app = ck;
+                c.server.app = sk;
+            }
+            c.client_random = [0; 32];
+            let (steps, _) = full_flow(&mut c, Forward, false, 2);
+            let mut seed = Vec::new();
+            for step in &steps {
+                match step {
+                    Step::Seg(dir, bytes) => {
+                        for chunk in bytes.chunks(255) {
+                            seed.extend([dir.index() as u8, chunk.len() as u8]);
+                            seed.extend_from_slice(chunk);
+                        }
+                    }
+                    Step::End(dir, _) => seed.extend([dir.index() as u8 | 6 << 1, 0]),
+                    _ => {}
+                }
+            }
+            let path = std::path::Path::new(&out).join(cipher_suite_name(id));
+            std::fs::write(path, seed).unwrap();
+        }
+    }
+
     #[test]
     fn early_data_is_read_with_the_early_secret() {
         let mut c = conn(0x1301, 190);
