@@ -21,6 +21,8 @@ pub(crate) mod crypto;
 pub(crate) mod framing;
 pub(crate) mod handshake;
 pub(crate) mod keylog;
+#[cfg(test)]
+mod rfc8448;
 
 pub(crate) use connection::{TlsConnection, TlsFacts, TlsStatus};
 pub(crate) use crypto::cipher_suite_name;
