@@ -171,8 +171,35 @@ struct Resync {
     lost_known: bool,
     /// Search resumes here in `window` (earlier offsets were rejected).
     from: usize,
+    /// Offsets of `window` where a segment (a mark) ended, ascending: a record may end there.
+    segment_ends: Vec<usize>,
+    /// The mark of the last bytes added to `window`.
+    last_mark: Option<Mark>,
+    /// Bytes dropped from the front of `window` since the loss.
     scanned: u64,
     trials: u32,
+}
+
+impl Resync {
+    /// The search has come `at` bytes into the window: what lies before is lost.
+    fn advance(&mut self, at: usize) {
+        self.window.drain(..at);
+        self.lost += at as u64;
+        self.scanned += at as u64;
+        self.from = 0;
+        self.segment_ends.retain(|&e| e > at);
+        for e in &mut self.segment_ends {
+            *e -= at;
+        }
+    }
+
+    /// The window's bytes so far end a segment.
+    fn segment_end(&mut self) {
+        let end = self.window.len();
+        if end > 0 && self.segment_ends.last() != Some(&end) {
+            self.segment_ends.push(end);
+        }
+    }
 }
 
 /// One direction's state.
@@ -401,10 +428,22 @@ impl TlsConnection {
         if self.halves.iter().any(|h| !h.held.is_empty()) {
             self.give_up_held(mark, child);
         }
-        if let Mode::Resync(_) = self.halves[dir.index()].mode {
-            // The loss was never recovered from before the direction ended.
-            self.facts.resync_failures += 1;
-            self.lose(dir, mark, child);
+        let resyncing = match &mut self.halves[dir.index()].mode {
+            Mode::Resync(rs) => {
+                // The end of the stream ends a segment: a record ending there may be the one
+                // that recovers the loss.
+                rs.segment_end();
+                true
+            }
+            _ => false,
+        };
+        if resyncing {
+            // The keys in use are all the search needs.
+            self.feed(&KeyLog::new(), dir, &[], mark, None, child);
+            if let Mode::Resync(_) = self.halves[dir.index()].mode {
+                self.facts.resync_failures += 1;
+                self.lose(dir, mark, child);
+            }
         }
         self.send_end(dir, how, mark, child);
     }
@@ -663,22 +702,19 @@ impl TlsConnection {
         };
         let d = dir.index();
         let ready = |h: &Half| h.handshake_key.is_some() || h.app_key.is_some();
-        if ready(&self.halves[d]) && self.keys_generation == Some(keys.generation()) {
-            return true;
-        }
         if self.keys_generation == Some(keys.generation()) {
-            return false;
+            return ready(&self.halves[d]);
         }
         self.keys_generation = Some(keys.generation());
         let Some(secrets) = keys.get(&client_random) else {
-            return false;
+            return ready(&self.halves[d]);
         };
         let (c, s) = (client.index(), client.other().index());
         match suite.protocol {
             Protocol::Tls12 => {
                 let (Some(master), Some(server_random)) = (secrets.master, self.server_random)
                 else {
-                    return false;
+                    return ready(&self.halves[d]);
                 };
                 if self.halves[c].app_key.is_none()
                     && let Some((ck, sk)) =
@@ -1034,21 +1070,31 @@ impl TlsConnection {
             rs.lost += n;
             input = &input[n as usize..];
         }
-        rs.window.extend_from_slice(input);
+        if !input.is_empty() {
+            // New bytes of another segment: the bytes before them ended one.
+            if rs.last_mark.is_some_and(|m| m != mark) {
+                rs.segment_end();
+            }
+            rs.last_mark = Some(mark);
+            rs.window.extend_from_slice(input);
+        }
+        let keys_ready = self.load_keys(keys, dir);
         loop {
-            match find_boundary(&rs.window, rs.from) {
+            let boundary = find_boundary(&rs.window, rs.from, &rs.segment_ends);
+            let at = match boundary {
+                Boundary::NeedMore(at) | Boundary::Candidate(at) => at,
+            };
+            if rs.scanned + at as u64 > MAX_RESYNC_SCAN_BYTES {
+                // The search went as far past the loss as it may.
+                self.facts.resync_failures += 1;
+                self.lose(dir, mark, child);
+                return None;
+            }
+            match boundary {
                 Boundary::NeedMore(at) => {
                     // Nothing before `at` can start a record: it is lost.
-                    rs.window.drain(..at);
-                    rs.lost += at as u64;
-                    rs.scanned += at as u64;
-                    rs.from = 0;
-                    if rs.scanned > MAX_RESYNC_SCAN_BYTES {
-                        self.facts.resync_failures += 1;
-                        self.lose(dir, mark, child);
-                    } else {
-                        self.halves[d].mode = Mode::Resync(rs);
-                    }
+                    rs.advance(at);
+                    self.halves[d].mode = Mode::Resync(rs);
                     return None;
                 }
                 Boundary::Candidate(at) => {
@@ -1058,7 +1104,12 @@ impl TlsConnection {
                         self.facts.resyncs += 1;
                         return Some(rs.window.split_off(at));
                     }
-                    if let Some(found) = self.try_candidate(keys, dir, &mut rs, at) {
+                    let found = if keys_ready {
+                        self.try_candidate(dir, &mut rs, at)
+                    } else {
+                        None
+                    };
+                    if let Some(found) = found {
                         let header = RecordHeader::parse(&rs.window[at..])?;
                         let end = at + HEADER_LEN + header.len;
                         let rest = rs.window.split_off(end);
@@ -1086,18 +1137,9 @@ impl TlsConnection {
 
     /// Tries to authenticate the record at `at` of the window under the sequence numbers
     /// (and key generations) the loss allows.
-    fn try_candidate(
-        &mut self,
-        keys: &KeyLog,
-        dir: Direction,
-        rs: &mut Resync,
-        at: usize,
-    ) -> Option<Found> {
+    fn try_candidate(&mut self, dir: Direction, rs: &mut Resync, at: usize) -> Option<Found> {
         let header = RecordHeader::parse(rs.window.get(at..)?)?;
         if self.facts.version == Some(TLS13) && header.content_type != APPLICATION_DATA {
-            return None;
-        }
-        if !self.load_keys(keys, dir) {
             return None;
         }
         let header_bytes: [u8; HEADER_LEN] = rs.window.get(at..at + HEADER_LEN)?.try_into().ok()?;
@@ -2026,6 +2068,8 @@ mod tests {
             Forward,
             c.client.seal(APPLICATION_DATA, b"after the lost one"),
         ));
+        // Whether that record ends where its segment ends is known at the end of the stream.
+        steps.push(Step::End(Forward, StreamEnd::Fin));
         let (events, facts) = run_all_splits(&steps, &c.keylog);
         assert_eq!(
             data_of(&events, Forward),
@@ -2160,6 +2204,78 @@ mod tests {
         assert_eq!(data_of(&child.0, Reverse), vec![b"good".to_vec()]);
         assert!(child.0.contains(&Ev::Gap(Reverse, 0, 5)));
         assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    }
+
+    /// The key log of the `tls_record` fuzz harness (`fuzz/src/lib.rs`, `FUZZ_KEYLOG`).
+    fn fuzz_keylog() -> String {
+        let random = "00".repeat(32);
+        [
+            ("CLIENT_RANDOM", "11".repeat(48)),
+            ("CLIENT_HANDSHAKE_TRAFFIC_SECRET", "22".repeat(32)),
+            ("SERVER_HANDSHAKE_TRAFFIC_SECRET", "33".repeat(32)),
+            ("CLIENT_TRAFFIC_SECRET_0", "44".repeat(32)),
+            ("SERVER_TRAFFIC_SECRET_0", "55".repeat(32)),
+        ]
+        .iter()
+        .map(|(label, secret)| format!("{label} {random} {secret}\n"))
+        .collect()
+    }
+
+    /// Steps from the `tls_record` fuzz harness's encoding (see `fuzz/src/lib.rs`).
+    fn fuzz_steps(data: &[u8]) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let mut rest = data;
+        while let [op, n, tail @ ..] = rest {
+            rest = tail;
+            let dir = if op & 1 == 0 { Forward } else { Reverse };
+            match (op >> 1) % 8 {
+                0..=4 => {
+                    let len = if op & 0x80 != 0 {
+                        usize::from(*n) * 64
+                    } else {
+                        usize::from(*n)
+                    };
+                    let (bytes, tail) = rest.split_at(len.min(rest.len()));
+                    rest = tail;
+                    if !bytes.is_empty() {
+                        steps.push(Step::Seg(dir, bytes.to_vec()));
+                    }
+                }
+                5 => steps.push(Step::Lost(dir, u64::from(*n) * 7)),
+                6 => steps.push(Step::End(dir, StreamEnd::Fin)),
+                _ => steps.push(Step::Keys(fuzz_keylog())),
+            }
+        }
+        steps
+    }
+
+    /// The inputs the `tls_record` fuzz target found bugs with
+    /// (`fixtures/malformed/fuzz/tls_record/`): one answer whole, byte by byte and at random
+    /// splits.
+    #[test]
+    fn fuzz_found_inputs_give_one_answer_for_any_split() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/malformed/fuzz/tls_record");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .expect("fixture dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        paths.sort();
+        assert!(!paths.is_empty());
+        for path in paths {
+            let mut steps = fuzz_steps(&std::fs::read(&path).unwrap());
+            // The harness ends every direction not ended yet, as TCP would at capture end.
+            for dir in [Forward, Reverse] {
+                if !steps
+                    .iter()
+                    .any(|s| matches!(s, Step::End(d, _) if *d == dir))
+                {
+                    steps.push(Step::End(dir, StreamEnd::CaptureEnd));
+                }
+            }
+            run_all_splits(&steps, &fuzz_keylog());
+        }
     }
 
     /// Writes seeds for the `tls_record` fuzz target into `$FUZZ_SEED_DIR`: whole connections

@@ -151,9 +151,10 @@ pub(crate) enum Boundary {
 
 /// The first offset at or after `from` where a plausible record starts: its header is
 /// plausible and either the next header, right after its body, is plausible too, or its
-/// body ends exactly at the end of `buf` (what is buffered ends on a record boundary, as
-/// segments usually do).
-pub(crate) fn find_boundary(buf: &[u8], from: usize) -> Boundary {
+/// body ends exactly at one of `segment_ends` (sorted offsets of `buf` where a TCP segment
+/// ended, as records usually do). Segment ends rather than the end of `buf`, so the answer
+/// does not depend on how a segment's bytes were cut into calls.
+pub(crate) fn find_boundary(buf: &[u8], from: usize, segment_ends: &[usize]) -> Boundary {
     let mut at = from;
     while at < buf.len() {
         let Some(header) = RecordHeader::parse(&buf[at..]) else {
@@ -161,10 +162,10 @@ pub(crate) fn find_boundary(buf: &[u8], from: usize) -> Boundary {
         };
         if header.is_plausible() {
             let end = at + HEADER_LEN + header.len;
-            if end == buf.len() {
+            if segment_ends.binary_search(&end).is_ok() {
                 return Boundary::Candidate(at);
             }
-            if end > buf.len() {
+            if end >= buf.len() {
                 return Boundary::NeedMore(at);
             }
             match RecordHeader::parse(&buf[end..]) {
@@ -251,23 +252,31 @@ mod tests {
     }
 
     #[test]
-    fn boundary_needs_a_chain_of_two_or_an_exact_end() {
+    fn boundary_needs_a_chain_of_two_or_a_segment_end() {
         let mut buf = vec![0x17, 0x03, 0x03, 0x00]; // a header cut short, as after a loss
         buf.extend_from_slice(&[9, 9, 9]);
         let start = buf.len();
         buf.extend(record(23, 40));
-        assert_eq!(find_boundary(&buf, 0), Boundary::Candidate(start));
+        // Its end is the end of the bytes so far, but not known to end a segment: wait.
+        assert_eq!(find_boundary(&buf, 0, &[]), Boundary::NeedMore(start));
+        assert_eq!(
+            find_boundary(&buf, 0, &[buf.len()]),
+            Boundary::Candidate(start)
+        );
         buf.extend(record(23, 3));
-        assert_eq!(find_boundary(&buf, 0), Boundary::Candidate(start));
+        assert_eq!(find_boundary(&buf, 0, &[]), Boundary::Candidate(start));
         // A plausible header whose successor is not plausible is passed over.
         let mut fake = record(23, 2);
         fake.extend_from_slice(&[0xff; 10]);
         fake.extend(record(21, 2));
-        assert_eq!(find_boundary(&fake, 0), Boundary::Candidate(17));
+        assert_eq!(
+            find_boundary(&fake, 0, &[fake.len()]),
+            Boundary::Candidate(17)
+        );
         // A record not yet whole must wait.
         let partial = &record(23, 40)[..20];
-        assert_eq!(find_boundary(partial, 0), Boundary::NeedMore(0));
-        assert_eq!(find_boundary(&[0xff, 0xff], 0), Boundary::NeedMore(0));
-        assert_eq!(find_boundary(&[0xff; 9], 0), Boundary::NeedMore(5));
+        assert_eq!(find_boundary(partial, 0, &[20]), Boundary::NeedMore(0));
+        assert_eq!(find_boundary(&[0xff, 0xff], 0, &[]), Boundary::NeedMore(0));
+        assert_eq!(find_boundary(&[0xff; 9], 0, &[]), Boundary::NeedMore(5));
     }
 }
