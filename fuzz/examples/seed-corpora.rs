@@ -15,14 +15,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use mcp_resume_audit::app::http1::HttpConnection;
 use mcp_resume_audit::input::capture::CaptureReader;
 use mcp_resume_audit::net::decode::{self, Endpoint};
-use mcp_resume_audit::app::http1::HttpConnection;
+use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit_fuzz::{Step, Transcript};
 
 struct Seg {

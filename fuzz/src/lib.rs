@@ -13,16 +13,16 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
+use mcp_resume_audit::app::http1::HttpConnection;
+use mcp_resume_audit::app::sse::{OwnedSseEvent, SseParser};
+use mcp_resume_audit::driver::{self, Options};
 use mcp_resume_audit::input::capture::CaptureReader;
 use mcp_resume_audit::net::decode;
-use mcp_resume_audit::app::http1::HttpConnection;
-use mcp_resume_audit::driver::{self, Options};
+use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
     StreamSink,
 };
-use mcp_resume_audit::app::sse::{OwnedSseEvent, SseParser};
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
 
 /// Runs `harness` on every file named on the command line (directories: every file inside).
 pub fn replay_args(harness: fn(&[u8])) -> ExitCode {
