@@ -351,6 +351,10 @@ pub(crate) struct TlsConnection {
     /// A valid record was seen in either direction: later framing errors are losses, not
     /// proof that the stream is not TLS.
     seen_record: bool,
+    /// A ServerHello was just read: held input may be readable now.
+    unblocked: bool,
+    /// `drain` is running (it is not entered twice).
+    draining: bool,
     /// Trial decryptions spent on losses so far.
     trials: u64,
     /// Reused buffer for trial decryptions.
@@ -372,6 +376,8 @@ impl TlsConnection {
             hello_started: false,
             seen_record: false,
             trials: 0,
+            unblocked: false,
+            draining: false,
             scratch: Vec::new(),
         }
     }
@@ -397,8 +403,6 @@ impl TlsConnection {
         } else {
             self.hold(dir, None, Held::Bytes(bytes.to_vec()), mark, child);
         }
-        // What this call read (a ServerHello, say) may free what the other direction holds.
-        self.drain(keys, child);
     }
 
     pub(crate) fn gap<C: StreamSink>(
@@ -488,7 +492,12 @@ impl TlsConnection {
                     self.seen_record = true;
                     let mut record = mem::take(self.halves[d].framing.record_buf());
                     match self.record(keys, dir, &mut record, mark, child) {
-                        Step::Done => self.halves[d].framing.give_back(record),
+                        Step::Done => {
+                            self.halves[d].framing.give_back(record);
+                            if self.unblocked {
+                                self.drain(keys, child);
+                            }
+                        }
                         Step::Hold => {
                             // The record and everything after it wait, in order, at the front.
                             let arrival = arrival.unwrap_or_else(|| self.next_arrival());
@@ -545,21 +554,34 @@ impl TlsConnection {
     }
 
     /// Retries held input, oldest first across both directions, while its keys are known.
+    ///
+    /// Runs at the start of every call (the key log may have grown since the last one) and
+    /// right after a ServerHello is read: then, and only then, held input can become readable
+    /// within a segment, and draining at that very record (not at the end of the call) keeps
+    /// the order of the child's calls across directions the same however segments are cut.
     fn drain<C: StreamSink>(&mut self, keys: &KeyLog, child: &mut C) {
+        if self.draining {
+            return; // the drain under way sees `unblocked` and goes on
+        }
+        self.draining = true;
+        self.unblocked = false;
         let mut blocked = [false, false];
         loop {
+            if mem::take(&mut self.unblocked) {
+                blocked = [false, false];
+            }
             let next = (0..2)
                 .filter(|&d| !blocked[d])
                 .filter_map(|d| self.halves[d].held.front().map(|&(a, _, _)| (a, d)))
                 .min();
-            let Some((_, d)) = next else { return };
+            let Some((_, d)) = next else { break };
             let dir = if d == 0 {
                 Direction::Forward
             } else {
                 Direction::Reverse
             };
             let Some((arrival, item, mark)) = self.halves[d].held.pop_front() else {
-                return;
+                break;
             };
             self.held_bytes = self.held_bytes.saturating_sub(item.cost());
             let before = self.halves[d].held.len();
@@ -585,6 +607,7 @@ impl TlsConnection {
                 blocked[d] = true;
             }
         }
+        self.draining = false;
     }
 
     /// Gives up everything held: the keys did not come in time.
@@ -930,6 +953,7 @@ impl TlsConnection {
                     return;
                 };
                 self.facts.cipher_suite = Some(hello.cipher_suite);
+                self.unblocked = true;
                 if hello.is_hello_retry_request() {
                     self.facts.hello_retry_request = true;
                     return;
