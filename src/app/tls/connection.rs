@@ -9,7 +9,8 @@
 //!
 //! Invariants:
 //! - Only application data reaches the child: `child.data(dir, plaintext, mark)` per record,
-//!   with the mark of the TCP bytes that completed the record. Handshake, alerts,
+//!   with the mark of the TCP bytes that completed the record (after a loss, of the bytes
+//!   that let the search prove it: the next segment's, when it ends a segment). Handshake, alerts,
 //!   change_cipher_spec, NewSessionTicket and KeyUpdate are consumed.
 //! - No byte that failed authentication is ever forwarded. Unauthenticated bytes are never
 //!   forwarded at all: a record is plaintext to the child only after its AEAD tag verified.
@@ -22,14 +23,16 @@
 //! - A capture that starts mid-connection (no ClientHello first) forwards nothing but ends.
 //! - Memory is bounded per connection: one record per direction in framing, one kept
 //!   handshake message, [`MAX_HELD_BYTES`] of input held while waiting for keys, and a
-//!   resynchronisation window of at most two records. Trial decryptions after a loss are
+//!   resynchronisation window that never reaches past [`MAX_RESYNC_SCAN_BYTES`] after the
+//!   loss (plus the call that crosses it). Trial decryptions after a loss are
 //!   capped at [`MAX_TRIALS_PER_GAP`] (and [`MAX_TRIALS_PER_CONNECTION`]) and the bytes
 //!   searched at [`MAX_RESYNC_SCAN_BYTES`].
 //! - Results depend on the bytes and the marks, not on how the bytes are cut into calls.
 //!
 //! Loss recovery goes beyond Wireshark, which stops decrypting a connection at its first
 //! missing byte. After a `gap`, the bytes that follow are searched for a plausible record
-//! header ([`find_boundary`]); a candidate is proved by authenticating it, which also proves
+//! header ([`find_boundary`]: the next header plausible too, or the record ending where a
+//! segment ends); a candidate is proved by authenticating it, which also proves
 //! its sequence number: TLS 1.2 AES-GCM records carry an explicit nonce that stacks set to
 //! the sequence number (tried first); otherwise sequence numbers after the last good one are
 //! tried, as many as the lost bytes could have held records, and in TLS 1.3 also the next
