@@ -1053,6 +1053,7 @@ impl TlsConnection {
                     r.lost += r.skip + len + r.window.len() as u64;
                     r.skip = 0;
                     r.window.clear();
+                    r.segment_ends.clear();
                     r.from = 0;
                 }
                 r.lost_known &= len > 0;
@@ -2264,9 +2265,7 @@ mod tests {
                     };
                     let (bytes, tail) = rest.split_at(len.min(rest.len()));
                     rest = tail;
-                    if !bytes.is_empty() {
-                        steps.push(Step::Seg(dir, bytes.to_vec()));
-                    }
+                    steps.push(Step::Seg(dir, bytes.to_vec()));
                 }
                 5 => steps.push(Step::Lost(dir, u64::from(*n) * 7)),
                 6 => steps.push(Step::End(dir, StreamEnd::Fin)),
