@@ -15,7 +15,8 @@ pub mod report;
 #[doc(hidden)]
 pub mod fuzzing {
     use crate::app::h2::Http2Connection;
-    use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd};
+    use crate::app::tls::{KeyLog, KeySource, TlsConnection, TlsStatus};
+    use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd, StreamSink};
 
     /// `app::h2::Http2Connection` (crate-private) behind a public face.
     pub struct Http2Fuzz(Http2Connection);
@@ -55,5 +56,65 @@ pub mod fuzzing {
         pub fn is_abandoned(&self) -> bool {
             self.0.is_abandoned()
         }
+    }
+
+    /// One TLS connection and the key log it decrypts with.
+    pub struct TlsHarness {
+        keys: KeyLog,
+        conn: TlsConnection,
+    }
+
+    impl TlsHarness {
+        pub fn new(keylog: &[u8]) -> Self {
+            let mut keys = KeyLog::new();
+            keys.add_nss(keylog, KeySource::Embedded);
+            TlsHarness {
+                keys,
+                conn: TlsConnection::new(&Limits::default()),
+            }
+        }
+        /// More key log lines, as a Decryption Secrets Block would bring.
+        pub fn add_keys(&mut self, text: &[u8]) {
+            self.keys.add_nss(text, KeySource::Embedded);
+        }
+        pub fn data<C: StreamSink>(
+            &mut self,
+            dir: Direction,
+            bytes: &[u8],
+            mark: Mark,
+            child: &mut C,
+        ) {
+            self.conn.data(&self.keys, dir, bytes, mark, child);
+        }
+        pub fn gap<C: StreamSink>(&mut self, dir: Direction, len: u64, mark: Mark, child: &mut C) {
+            self.conn.gap(&self.keys, dir, len, mark, child);
+        }
+        pub fn end<C: StreamSink>(
+            &mut self,
+            dir: Direction,
+            how: StreamEnd,
+            mark: Mark,
+            child: &mut C,
+        ) {
+            self.conn.end(dir, how, mark, child);
+        }
+        /// The status, as text, and the records decrypted.
+        pub fn summary(&self) -> (String, u64) {
+            let f = self.conn.facts();
+            (format!("{:?}", f.status), f.records_decrypted)
+        }
+        /// True when authentication failed and no record was decrypted, the case in which
+        /// nothing may have reached the child.
+        pub fn keys_wrong_only(&self) -> bool {
+            let f = self.conn.facts();
+            f.status == TlsStatus::KeysWrong && f.records_decrypted == 0
+        }
+    }
+
+    /// Reads an NSS key log: (lines, secrets, malformed, errors named, client randoms held).
+    pub fn keylog_counts(text: &[u8]) -> (u64, u64, u64, usize, usize) {
+        let mut keys = KeyLog::new();
+        let s = keys.add_nss(text, KeySource::File("fuzz".into()));
+        (s.lines, s.secrets, s.malformed, s.errors.len(), keys.len())
     }
 }

@@ -750,3 +750,134 @@ pub fn h2_parser(data: &[u8]) {
         "a response head without a body end"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// TLS decryption layer.
+
+/// The key log every `tls_record` run decrypts with: TLS 1.2 and TLS 1.3 secrets for the
+/// client random of 32 zero bytes, so inputs (and seeds) that carry that ClientHello reach
+/// the key schedule and the record protection.
+const FUZZ_KEYLOG: &[u8] =
+    b"CLIENT_RANDOM 0000000000000000000000000000000000000000000000000000000000000000 \
+111111111111111111111111111111111111111111111111111111111111111111111111111111111111111111111111\n\
+CLIENT_HANDSHAKE_TRAFFIC_SECRET 0000000000000000000000000000000000000000000000000000000000000000 \
+2222222222222222222222222222222222222222222222222222222222222222\n\
+SERVER_HANDSHAKE_TRAFFIC_SECRET 0000000000000000000000000000000000000000000000000000000000000000 \
+3333333333333333333333333333333333333333333333333333333333333333\n\
+CLIENT_TRAFFIC_SECRET_0 0000000000000000000000000000000000000000000000000000000000000000 \
+4444444444444444444444444444444444444444444444444444444444444444\n\
+SERVER_TRAFFIC_SECRET_0 0000000000000000000000000000000000000000000000000000000000000000 \
+5555555555555555555555555555555555555555555555555555555555555555\n";
+
+/// What the TLS layer handed its child, with marks, checked against the `StreamSink`
+/// contract as it comes.
+#[derive(Default, PartialEq, Debug)]
+struct TlsChild {
+    events: Vec<(u8, Direction, Vec<u8>, u64, u64)>,
+    ended: [bool; 2],
+}
+
+impl StreamSink for TlsChild {
+    fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+        assert!(!self.ended[dir.index()], "data after end");
+        assert!(!bytes.is_empty(), "empty data call");
+        self.events.push((0, dir, bytes.to_vec(), 0, mark.frame));
+    }
+    fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+        assert!(!self.ended[dir.index()], "gap after end");
+        self.events.push((1, dir, Vec::new(), len, mark.frame));
+    }
+    fn end(&mut self, dir: Direction, _how: StreamEnd, mark: Mark) {
+        assert!(!self.ended[dir.index()], "end twice");
+        self.ended[dir.index()] = true;
+        self.events.push((2, dir, Vec::new(), 0, mark.frame));
+    }
+}
+
+/// Runs the `tls_record` steps; `cut` splits every data step at a point derived from it.
+fn tls_run(data: &[u8], cut: bool) -> (TlsChild, (String, u64), bool) {
+    let mut tls = mcp_resume_audit::fuzzing::TlsHarness::new(FUZZ_KEYLOG);
+    let mut child = TlsChild::default();
+    let mut rest = data;
+    let mut frame = 0u64;
+    while let Some((&op, tail)) = rest.split_first() {
+        frame += 1;
+        let mark = Mark::new(frame, 0);
+        let dir = if op & 1 == 0 {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        };
+        let Some((&n, tail)) = tail.split_first() else {
+            break;
+        };
+        rest = tail;
+        match (op >> 1) % 8 {
+            // A segment of up to 255 bytes, or a long one (n * 64 bytes) to reach large records.
+            0..=4 => {
+                let len = if op & 0x80 != 0 {
+                    usize::from(n) * 64
+                } else {
+                    usize::from(n)
+                };
+                let (bytes, tail) = rest.split_at(len.min(rest.len()));
+                rest = tail;
+                if cut && bytes.len() > 1 {
+                    let at = 1 + usize::from(op) % (bytes.len() - 1);
+                    tls.data(dir, &bytes[..at], mark, &mut child);
+                    tls.data(dir, &bytes[at..], mark, &mut child);
+                } else {
+                    tls.data(dir, bytes, mark, &mut child);
+                }
+            }
+            5 => tls.gap(dir, u64::from(n) * 7, mark, &mut child),
+            6 => tls.end(dir, StreamEnd::Fin, mark, &mut child),
+            _ => tls.add_keys(FUZZ_KEYLOG),
+        }
+    }
+    let mark = Mark::new(frame + 1, 0);
+    for dir in [Direction::Forward, Direction::Reverse] {
+        if !child.ended[dir.index()] {
+            tls.end(dir, StreamEnd::CaptureEnd, mark, &mut child);
+        }
+    }
+    let summary = tls.summary();
+    let keys_wrong_only = tls.keys_wrong_only();
+    (child, summary, keys_wrong_only)
+}
+
+/// Drives one TLS connection with steps: byte `op` (bit 0 direction; bits 1-3 the kind: data,
+/// gap, end, or the key log again; bit 7 a long segment), byte `n` (length), then data.
+/// Checks the child contract, that ends come once per direction, that nothing decrypted
+/// reaches the child when keys were wrong from the start, and that cutting every segment in
+/// two changes nothing.
+pub fn tls_record(data: &[u8]) {
+    let (whole, summary, keys_wrong_only) = tls_run(data, false);
+    assert!(whole.ended.iter().all(|&e| e), "a direction never ended");
+    if keys_wrong_only {
+        assert!(
+            whole.events.iter().all(|e| e.0 != 0),
+            "data despite wrong keys"
+        );
+    }
+    let (cut, cut_summary, _) = tls_run(data, true);
+    assert_eq!(whole, cut, "the answer depends on how segments are cut");
+    assert_eq!(summary, cut_summary);
+}
+
+/// Reads `data` as an NSS key log: no panic, every line counted once, the named errors
+/// bounded.
+pub fn tls_keylog(data: &[u8]) {
+    let (lines, secrets, malformed, named, randoms) =
+        mcp_resume_audit::fuzzing::keylog_counts(data);
+    let newlines = data.iter().filter(|&&b| b == b'\n').count() as u64;
+    let expected_lines = if data.last() == Some(&b'\n') {
+        newlines
+    } else {
+        newlines + 1
+    };
+    assert_eq!(lines, expected_lines.max(1));
+    assert!(malformed + secrets <= lines);
+    assert!(named as u64 <= malformed && named <= 32);
+    assert!(randoms as u64 <= secrets);
+}

@@ -17,7 +17,8 @@
 //!   caller stops feeding it.
 //!
 //! Parts: [`detect`] (protocol detection), [`http1`] (HTTP/1.1 exchanges), [`h2`] (HTTP/2
-//! streams as the same exchanges: framing, HPACK, recovery after lost bytes), [`coding`] (content
+//! streams as the same exchanges: framing, HPACK, recovery after lost bytes), [`tls`] (TLS
+//! decryption with logged secrets, handing plaintext to the HTTP parser), [`coding`] (content
 //! codings, shared by every HTTP version), [`sse`] (event-stream bodies), [`jsonrpc`] (the few
 //! JSON-RPC members the session checks read out of event data).
 
@@ -27,6 +28,7 @@ pub mod h2;
 pub mod http1;
 pub mod jsonrpc;
 pub mod sse;
+pub mod tls;
 
 use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd};
 use detect::{Detection, MAX_DETECT_BYTES, Protocol};

@@ -1,0 +1,384 @@
+//! TLS secrets from NSS key logs (the `SSLKEYLOGFILE` format), keyed by client random.
+//!
+//! Input: the bytes of a key log file, or of a pcapng Decryption Secrets Block, and where
+//! they came from ([`KeySource`]). Lines are `LABEL <client random hex> <secret hex>`.
+//! Output: a [`KeyLog`] that answers "which secrets belong to this client random", and per
+//! call a [`KeyLogStats`] saying what was read and which lines were not.
+//! Invariants: no line is fatal: a malformed line is counted and named by its 1-based number
+//! and the rest is still read; unknown labels are counted, not errors; memory is one fixed-size
+//! entry per client random plus at most [`MAX_NAMED_ERRORS`] error texts per call. A label seen
+//! again for the same client random keeps the first secret (a key log is appended to, and
+//! the first line is the one the stack wrote when the connection was made); a differing later
+//! value is counted as a conflict.
+
+use std::collections::HashMap;
+
+use crate::app::tls::crypto::Secret;
+
+/// Malformed lines named in one [`KeyLogStats`]; more are only counted.
+pub(crate) const MAX_NAMED_ERRORS: usize = 32;
+/// Longest line read; a longer one is malformed (a real line is under 250 bytes).
+const MAX_LINE_LEN: usize = 1024;
+
+/// Where secrets came from: a key log file named by the user, or the capture itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    File(String),
+    /// A pcapng Decryption Secrets Block.
+    Embedded,
+}
+
+/// The secrets logged for one client random. Each is absent until a line gives it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SessionSecrets {
+    /// TLS 1.2 (and earlier) master secret, always 48 bytes.
+    pub master: Option<[u8; 48]>,
+    pub client_handshake: Option<Secret>,
+    pub server_handshake: Option<Secret>,
+    pub client_traffic_0: Option<Secret>,
+    pub server_traffic_0: Option<Secret>,
+    pub client_early: Option<Secret>,
+    /// Accepted and kept only so duplicates are recognised; no decryption uses it.
+    pub exporter: Option<Secret>,
+    /// Source of the first line for this client random.
+    pub source: Option<KeySource>,
+}
+
+/// One malformed line, by 1-based line number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyLogError {
+    pub line: u64,
+    pub reason: &'static str,
+}
+
+/// What one [`KeyLog::add_nss`] call read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeyLogStats {
+    /// Lines seen, blank and comment lines included.
+    pub lines: u64,
+    /// Secrets stored (new label for a client random).
+    pub secrets: u64,
+    /// Lines repeating a secret already held, with the same value.
+    pub duplicates: u64,
+    /// Lines repeating a label for a client random with a different value (first kept).
+    pub conflicts: u64,
+    /// Well-formed lines whose label this tool does not use (counted, not errors).
+    pub unknown_labels: u64,
+    /// Malformed lines, all counted here.
+    pub malformed: u64,
+    /// The first [`MAX_NAMED_ERRORS`] malformed lines.
+    pub errors: Vec<KeyLogError>,
+}
+
+/// All secrets known so far, by client random. Grows as key logs and Decryption Secrets
+/// Blocks are read; never shrinks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeyLog {
+    sessions: HashMap<[u8; 32], SessionSecrets>,
+    /// Secrets stored so far: a connection waiting for keys looks again only when it moved.
+    generation: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Label {
+    ClientRandom,
+    ClientHandshake,
+    ServerHandshake,
+    ClientTraffic0,
+    ServerTraffic0,
+    ClientEarly,
+    Exporter,
+}
+
+fn label(name: &[u8]) -> Option<Label> {
+    Some(match name {
+        b"CLIENT_RANDOM" => Label::ClientRandom,
+        b"CLIENT_HANDSHAKE_TRAFFIC_SECRET" => Label::ClientHandshake,
+        b"SERVER_HANDSHAKE_TRAFFIC_SECRET" => Label::ServerHandshake,
+        b"CLIENT_TRAFFIC_SECRET_0" => Label::ClientTraffic0,
+        b"SERVER_TRAFFIC_SECRET_0" => Label::ServerTraffic0,
+        b"CLIENT_EARLY_TRAFFIC_SECRET" => Label::ClientEarly,
+        b"EXPORTER_SECRET" => Label::Exporter,
+        _ => return None,
+    })
+}
+
+/// Decodes hex into `out`, which must be exactly half as long as `text`.
+fn decode_hex(text: &[u8], out: &mut [u8]) -> bool {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    if text.len() != out.len() * 2 {
+        return false;
+    }
+    for (o, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(h), Some(l)) => *o = h << 4 | l,
+            _ => return false,
+        }
+    }
+    true
+}
+
+enum Stored {
+    New,
+    Same,
+    Conflict,
+}
+
+fn store<T: PartialEq>(slot: &mut Option<T>, value: T) -> Stored {
+    match slot {
+        None => {
+            *slot = Some(value);
+            Stored::New
+        }
+        Some(old) if *old == value => Stored::Same,
+        Some(_) => Stored::Conflict,
+    }
+}
+
+impl KeyLog {
+    pub(crate) fn new() -> Self {
+        KeyLog::default()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Counts stored secrets; it changes whenever a lookup could give a different answer.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The secrets logged for a client random, if any line named it.
+    pub(crate) fn get(&self, client_random: &[u8; 32]) -> Option<&SessionSecrets> {
+        self.sessions.get(client_random)
+    }
+
+    /// Adds an NSS key log's lines; returns what was read; bad lines are counted and named,
+    /// never fatal.
+    pub(crate) fn add_nss(&mut self, text: &[u8], source: KeySource) -> KeyLogStats {
+        let mut stats = KeyLogStats::default();
+        // A final newline ends the last line rather than starting another.
+        let body = text.strip_suffix(b"\n").unwrap_or(text);
+        for (index, raw) in body.split(|&b| b == b'\n').enumerate() {
+            let line_no = index as u64 + 1;
+            stats.lines += 1;
+            let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+            if let Err(reason) = self.add_line(line, &source, &mut stats) {
+                stats.malformed += 1;
+                if stats.errors.len() < MAX_NAMED_ERRORS {
+                    stats.errors.push(KeyLogError {
+                        line: line_no,
+                        reason,
+                    });
+                }
+            }
+        }
+        stats
+    }
+
+    fn add_line(
+        &mut self,
+        line: &[u8],
+        source: &KeySource,
+        stats: &mut KeyLogStats,
+    ) -> Result<(), &'static str> {
+        let trimmed = line.trim_ascii();
+        if trimmed.is_empty() || trimmed.starts_with(b"#") {
+            return Ok(());
+        }
+        if line.len() > MAX_LINE_LEN {
+            return Err("line too long");
+        }
+        let mut fields = trimmed
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty());
+        let (Some(name), Some(random_hex), Some(secret_hex), None) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err("expected three fields: label, client random, secret");
+        };
+        let mut random = [0u8; 32];
+        if !decode_hex(random_hex, &mut random) {
+            return Err("client random is not 64 hex digits");
+        }
+        let mut secret = [0u8; 48];
+        if secret_hex.len() % 2 != 0 || secret_hex.len() > 96 {
+            return Err("secret is not 32 or 48 bytes of hex");
+        }
+        let secret_len = secret_hex.len() / 2;
+        if !decode_hex(secret_hex, &mut secret[..secret_len]) {
+            return Err("secret is not hex");
+        }
+        let secret = &secret[..secret_len];
+        let Some(label) = label(name) else {
+            stats.unknown_labels += 1;
+            return Ok(());
+        };
+        let stored = if let Label::ClientRandom = label {
+            let master: [u8; 48] = secret
+                .try_into()
+                .map_err(|_| "master secret is not 48 bytes")?;
+            let entry = self.entry(random, source);
+            store(&mut entry.master, master)
+        } else {
+            let secret = Secret::new(secret).ok_or("traffic secret is not 32 or 48 bytes")?;
+            let entry = self.entry(random, source);
+            let slot = match label {
+                Label::ClientHandshake => &mut entry.client_handshake,
+                Label::ServerHandshake => &mut entry.server_handshake,
+                Label::ClientTraffic0 => &mut entry.client_traffic_0,
+                Label::ServerTraffic0 => &mut entry.server_traffic_0,
+                Label::ClientEarly => &mut entry.client_early,
+                Label::Exporter | Label::ClientRandom => &mut entry.exporter,
+            };
+            store(slot, secret)
+        };
+        match stored {
+            Stored::New => {
+                stats.secrets += 1;
+                self.generation += 1;
+            }
+            Stored::Same => stats.duplicates += 1,
+            Stored::Conflict => stats.conflicts += 1,
+        }
+        Ok(())
+    }
+
+    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> &mut SessionSecrets {
+        let entry = self.sessions.entry(random).or_default();
+        if entry.source.is_none() {
+            entry.source = Some(source.clone());
+        }
+        entry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R1: &str = "af5d338f17de420d6b71c803786293747e16a71418c364740697af9e7d5252ce";
+    const S32: &str = "b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38";
+    const S48: &str = "1213be11a145b5431f9bfeb14bfccf9244978c1b299e0fd8ac5e74a68477e21e48efe7a4e848c7d93745a5dffc7b1136";
+
+    fn random(hex: &str) -> [u8; 32] {
+        let mut r = [0u8; 32];
+        assert!(decode_hex(hex.as_bytes(), &mut r));
+        r
+    }
+
+    #[test]
+    fn every_label_comments_blank_lines_and_crlf() {
+        let text = format!(
+            "# SSL/TLS secrets log file\r\n\r\nCLIENT_RANDOM {R1} {S48}\r\n\
+             CLIENT_HANDSHAKE_TRAFFIC_SECRET {R1} {S32}\n\
+             SERVER_HANDSHAKE_TRAFFIC_SECRET {R1} {S48}\n\
+             CLIENT_TRAFFIC_SECRET_0 {R1} {S32}\n\
+             SERVER_TRAFFIC_SECRET_0 {R1} {S32}\n\
+             CLIENT_EARLY_TRAFFIC_SECRET {R1} {S32}\n\
+             EXPORTER_SECRET {R1} {S32}\n\
+             \t  # indented comment\n"
+        );
+        let mut log = KeyLog::new();
+        let stats = log.add_nss(text.as_bytes(), KeySource::File("k.log".into()));
+        assert_eq!(stats.malformed, 0, "{:?}", stats.errors);
+        assert_eq!(
+            (stats.lines, stats.secrets, stats.unknown_labels),
+            (10, 7, 0)
+        );
+        let s = log.get(&random(R1)).unwrap();
+        assert!(s.master.is_some() && s.client_early.is_some() && s.exporter.is_some());
+        assert_eq!(s.server_handshake.unwrap().as_bytes().len(), 48);
+        assert_eq!(s.client_traffic_0.unwrap().as_bytes().len(), 32);
+        assert_eq!(s.source, Some(KeySource::File("k.log".into())));
+        assert_eq!((log.len(), log.is_empty()), (1, false));
+    }
+
+    #[test]
+    fn duplicates_conflicts_and_unknown_labels() {
+        let other = S32.replace('b', "c");
+        let text = format!(
+            "CLIENT_TRAFFIC_SECRET_0 {R1} {S32}\nCLIENT_TRAFFIC_SECRET_0 {R1} {S32}\n\
+             CLIENT_TRAFFIC_SECRET_0 {R1} {other}\nSOMETHING_NEW {R1} {S32}\n"
+        );
+        let mut log = KeyLog::new();
+        let stats = log.add_nss(text.as_bytes(), KeySource::Embedded);
+        assert_eq!(
+            (
+                stats.secrets,
+                stats.duplicates,
+                stats.conflicts,
+                stats.unknown_labels
+            ),
+            (1, 1, 1, 1)
+        );
+        let kept = log.get(&random(R1)).unwrap().client_traffic_0.unwrap();
+        assert_eq!(
+            kept,
+            Secret::new(&crate::app::tls::crypto::tests::hex(S32)).unwrap()
+        );
+        // A second file adding the same line is a duplicate, and keeps the first source.
+        let again = log.add_nss(
+            format!("CLIENT_TRAFFIC_SECRET_0 {R1} {S32}").as_bytes(),
+            KeySource::File("b".into()),
+        );
+        assert_eq!((again.duplicates, again.lines), (1, 1));
+        assert_eq!(
+            log.get(&random(R1)).unwrap().source,
+            Some(KeySource::Embedded)
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_named_and_the_rest_is_read() {
+        let short_random = &R1[..62];
+        let text = format!(
+            "CLIENT_RANDOM {R1}\n\
+             CLIENT_RANDOM {short_random} {S48}\n\
+             CLIENT_RANDOM {R1} {S32}\n\
+             CLIENT_HANDSHAKE_TRAFFIC_SECRET {R1} {S48}00\n\
+             CLIENT_HANDSHAKE_TRAFFIC_SECRET {R1} zz{}\n\
+             SERVER_TRAFFIC_SECRET_0 {R1} {S32} extra\n\
+             SERVER_TRAFFIC_SECRET_0 {R1} abc\n\
+             SERVER_TRAFFIC_SECRET_0 {R1} {S32}\n\
+             CLIENT_RANDOM {R1} {}",
+            &S32[2..],
+            &S48[..40]
+        );
+        let mut log = KeyLog::new();
+        let stats = log.add_nss(text.as_bytes(), KeySource::Embedded);
+        let lines: Vec<u64> = stats.errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7, 9]);
+        assert_eq!((stats.malformed, stats.secrets, stats.lines), (8, 1, 9));
+        assert!(log.get(&random(R1)).unwrap().server_traffic_0.is_some());
+    }
+
+    #[test]
+    fn hostile_input_never_panics_and_names_a_bounded_number_of_lines() {
+        let mut text = Vec::new();
+        for i in 0..100u32 {
+            text.extend_from_slice(format!("CLIENT_RANDOM {i}\n").as_bytes());
+        }
+        text.extend(std::iter::repeat_n(b'a', 5000));
+        text.extend_from_slice(b"\n\xff\xfe\x00 \xc3\n");
+        let mut log = KeyLog::new();
+        let stats = log.add_nss(&text, KeySource::Embedded);
+        assert_eq!(stats.malformed, 102);
+        assert_eq!(stats.errors.len(), MAX_NAMED_ERRORS);
+        assert!(log.is_empty());
+        let empty = log.add_nss(b"", KeySource::Embedded);
+        assert_eq!(empty.lines, 1);
+    }
+}
