@@ -295,7 +295,9 @@ fn parse_http<S: HttpSink>(from_start: bool, calls: &[StreamCall], limits: &Limi
     let mut http = HttpConnection::new(limits, from_start);
     for call in calls {
         match call {
-            StreamCall::Data(d, b, m) => http.data(*d, b, *m, sink),
+            StreamCall::Data(d, b, m) => {
+                http.data(*d, b, *m, sink);
+            }
             StreamCall::Gap(d, n, m) => http.gap(*d, *n, *m, sink),
             StreamCall::End(d, how, m) => http.end(*d, *how, *m, sink),
         }

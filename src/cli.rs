@@ -80,6 +80,12 @@ struct Cli {
     #[arg(long, value_name = "MIB", default_value_t = audit::DEFAULT_SESSION_MEMORY >> 20)]
     session_memory: usize,
 
+    /// TLS secrets in NSS key log format (SSLKEYLOGFILE), to decrypt HTTPS; repeatable. Keys
+    /// embedded in a pcapng (Decryption Secrets Blocks) are read without it. The SSLKEYLOGFILE
+    /// environment variable is not read: name the file here.
+    #[arg(long = "tls-keylog", value_name = "FILE")]
+    tls_keylog: Vec<PathBuf>,
+
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
     #[arg(short, long)]
     quiet: bool,
@@ -153,7 +159,15 @@ fn real_main() -> anyhow::Result<i32> {
         Format::Json if std::io::stderr().is_terminal() => HumanReport::Messages,
         Format::Json => HumanReport::Off,
     };
+    let (tls, key_messages) = driver::TlsKeys::from_files(&cli.tls_keylog);
+    for (is_error, text) in &key_messages {
+        eprintln!("{}: {text}", if *is_error { "error" } else { "warning" });
+    }
+    if key_messages.iter().any(|(e, _)| *e) {
+        return Ok(2);
+    }
     let opts = Options {
+        tls,
         threads,
         limits: Limits {
             max_out_of_order_bytes: cli.max_out_of_order,

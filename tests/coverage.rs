@@ -39,25 +39,89 @@ fn tls_without_keys_is_not_a_clean_capture() {
         r.stderr.trim_end(),
         format!(
             "warning: fixtures/coverage-real/tls13-without-keys.pcap: traffic not read: 6 \
-             connection(s), {} bytes: TLS, not decrypted (this version reads no TLS keys); \
-             servers: 127.0.0.1:18910 (tls_no_keys)",
+             connection(s), {} bytes: TLS without its keys: pass --tls-keylog FILE (SSLKEYLOGFILE \
+             format); servers: 127.0.0.1:18910 (tls_no_keys)",
             cov["unread"]["tls_no_keys"]["bytes"]
         )
     );
 }
 
 #[test]
-fn http2_prior_knowledge_is_named() {
+fn http2_prior_knowledge_is_read() {
     let r = run("fixtures/coverage-real/h2c-prior-knowledge.pcap");
-    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.code, 0, "{}", r.stderr);
     let cov = &r.summary["coverage"];
-    assert_eq!(cov["unread"]["http2_unsupported"]["connections"], 1);
-    assert!(
-        r.stderr
-            .contains("HTTP/2, which this version does not read")
-    );
+    assert_eq!(cov["read"]["h2"]["connections"], 1);
+    assert_eq!(cov["unread"], serde_json::json!({}));
+    assert_eq!(r.summary["verdicts"]["correct"], 2);
     // The recorder's port probe carried no payload: empty, neither read nor unread.
     assert_eq!(cov["empty"], 1);
+}
+
+#[test]
+fn a_tls_capture_with_its_keys_is_read() {
+    // Another capture's key log: no secret for these connections, nothing decrypted.
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "-j1",
+            "--tls-keylog",
+            "fixtures/tls-real/py-tls13-aes128.keys",
+            "fixtures/tls-real/py-tls13-aes256.pcap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "no resume can be read: {stdout}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        summary["coverage"]["unread"]["tls_no_keys"]["connections"],
+        6
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "-j1",
+            "--tls-keylog",
+            "fixtures/tls-real/py-tls13-aes256.keys",
+            "fixtures/tls-real/py-tls13-aes256.pcap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["coverage"]["read"]["tls/http1"]["connections"], 6);
+    assert_eq!(summary["coverage"]["unread"], serde_json::json!({}));
+    let first: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["tls"]["version"], "TLS 1.3");
+    assert_eq!(first["tls"]["cipher"], "TLS_AES_256_GCM_SHA384");
+    assert_eq!(
+        first["tls"]["keys"],
+        "keylog:fixtures/tls-real/py-tls13-aes256.keys"
+    );
+}
+
+#[test]
+fn an_unsupported_suite_is_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "-j1",
+            "--tls-keylog",
+            "fixtures/tls-real/py-tls12-cbc.keys",
+            "fixtures/tls-real/py-tls12-cbc.pcap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        summary["coverage"]["unread"]["tls_unsupported"]["connections"],
+        6
+    );
 }
 
 #[test]

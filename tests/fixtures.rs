@@ -13,16 +13,9 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_mcp-resume-audit")
 }
 
-/// Folders of captures whose protocols the analyzer does not read yet (TLS, HTTP/2): their
-/// expected verdicts are what the traffic holds, and tests/coverage.rs checks meanwhile that
-/// each is reported as not read, never as clean.
-const NOT_YET_READ: [&str; 2] = ["tls-real", "h2-real"];
-
 fn fixtures_with_expectations() -> Vec<(PathBuf, PathBuf)> {
-    let expects = common::fixture_files(
-        |p| p.to_string_lossy().ends_with(".expect.jsonl"),
-        |dir| !NOT_YET_READ.iter().any(|n| dir.ends_with(n)),
-    );
+    let expects =
+        common::fixture_files(|p| p.to_string_lossy().ends_with(".expect.jsonl"), |_| true);
     let mut found = Vec::new();
     for expect in expects {
         let name = expect.file_name().unwrap().to_string_lossy().to_string();
@@ -87,7 +80,10 @@ fn every_fixture_gives_its_expected_report() {
             .filter(|l| !l.trim().is_empty())
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        let got = run(&["-j1", cap.to_str().unwrap()]);
+        let mut args = vec!["-j1".to_string()];
+        args.extend(common::key_log_args(cap));
+        args.push(cap.display().to_string());
+        let got = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let name = cap.display().to_string();
         if got.resumes.len() != want.len() {
             failures.push(format!(
@@ -119,7 +115,18 @@ fn every_fixture_gives_its_expected_report() {
                     .as_array()
                     .is_some_and(|f| f.iter().any(error))
         }) || got.findings.iter().any(error);
-        let want_code = if any_finding { 1 } else { 0 };
+        let cov = &got.summary["coverage"];
+        let unread = cov["unread"]
+            .as_object()
+            .is_some_and(|u| u.keys().any(|k| k != "not_http"))
+            || cov["packets_cut"] != 0;
+        let want_code = if any_finding {
+            1
+        } else if unread {
+            3
+        } else {
+            0
+        };
         if got.code != want_code {
             failures.push(format!(
                 "{name}: exit status {}, expected {want_code}; stderr: {}",
@@ -143,15 +150,25 @@ fn report_is_byte_identical_for_any_thread_count() {
         .iter()
         .map(|(c, _)| c.display().to_string())
         .collect();
+    let keys: Vec<String> = fixtures
+        .iter()
+        .flat_map(|(c, _)| common::key_log_args(c))
+        .collect();
     let mut outputs = Vec::new();
     for j in ["-j1", "-j2", "-j3", "-j8"] {
-        // All inputs at once (inputs in parallel) and the largest one alone (shards in parallel).
+        // All inputs at once (inputs in parallel) and each one alone (shards in parallel).
         let mut args = vec![j];
+        args.extend(keys.iter().map(String::as_str));
         args.extend(caps.iter().map(String::as_str));
         let all = Command::new(bin()).args(&args).output().unwrap();
         outputs.push(all.stdout);
-        for cap in &caps {
-            let one = Command::new(bin()).args([j, cap]).output().unwrap();
+        for (cap, _) in &fixtures {
+            let one = Command::new(bin())
+                .arg(j)
+                .args(common::key_log_args(cap))
+                .arg(cap)
+                .output()
+                .unwrap();
             outputs.push(one.stdout);
         }
     }

@@ -1,5 +1,6 @@
 //! The whole report of every committed fixture, byte for byte: standard output (with
-//! `--sessions`, so the session views are covered too), standard error and the exit status.
+//! `--sessions`, so the session views are covered too), standard error and the exit status;
+//! a capture with a key log beside it (`<stem>.keys`) is read with it.
 //!
 //! This is the net under refactoring: moving code must change no report byte. The expected
 //! outputs live in `tests/golden/`, one file per fixture. When a change of the report is meant
@@ -36,6 +37,7 @@ fn render(root: &Path, input: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
         .current_dir(root)
         .args(["--sessions", "-j1", "-q"])
+        .args(common::key_log_args(rel))
         .arg(rel)
         .output()
         .expect("run the binary");

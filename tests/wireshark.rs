@@ -71,6 +71,7 @@ fn frames_and_streams_agree_with_tshark() {
     let mut failures = Vec::new();
     for cap in captures() {
         let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+            .args(common::key_log_args(&cap))
             .arg(&cap)
             .output()
             .unwrap();
@@ -106,7 +107,15 @@ fn frames_and_streams_agree_with_tshark() {
         // The first resume's display filter, applied by tshark, shows its request frame.
         let first = &resumes[0];
         let filter = first["display_filter"].as_str().unwrap();
-        let shown = Command::new("tshark")
+        // With the same keys, as a user would open it.
+        let keys = cap.with_extension("keys");
+        let mut tshark = Command::new("tshark");
+        if keys.exists() {
+            tshark
+                .arg("-o")
+                .arg(format!("tls.keylog_file:{}", keys.display()));
+        }
+        let shown = tshark
             .args(["-n", "-r"])
             .arg(&cap)
             .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])

@@ -83,6 +83,23 @@ pub(crate) fn detect(first: &[u8], from_start: bool) -> Detection {
     Decided(Protocol::Http1)
 }
 
+/// Decides the plaintext of a TLS connection, where the server may speak first: besides what
+/// [`detect`] knows, a first SETTINGS frame on stream 0 (the server's HTTP/2 preface, sent
+/// as soon as the handshake allows) is HTTP/2.
+pub(crate) fn detect_plaintext(first: &[u8]) -> Detection {
+    // Frame header: 24-bit length (a multiple of 6 for SETTINGS), type 4, flags 0, stream 0.
+    let settings = |h: &[u8]| {
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+        len.is_multiple_of(6) && len <= 16_384 && h[3] == 4 && h[4] == 0 && h[5..9] == [0, 0, 0, 0]
+    };
+    match first.get(..9) {
+        Some(h) if settings(h) => Detection::Decided(Protocol::Http2),
+        // HTTP/1.1 begins with a token or a line end, never with a zero byte.
+        None if first.first() == Some(&0) => Detection::NeedMore,
+        _ => detect(first, true),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +171,26 @@ mod tests {
         assert_eq!(detect(&[0x16, 0x03], true), NeedMore);
         assert_eq!(detect(&[0x17], false), NeedMore);
         assert_eq!(detect(&[0x17, 0x04], false), Decided(Protocol::Http1));
+    }
+
+    #[test]
+    fn plaintext_of_tls_by_the_server_preface_too() {
+        use Detection::*;
+        let settings = [0, 0, 12, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        assert_eq!(detect_plaintext(&settings), Decided(Protocol::Http2));
+        for n in 1..9 {
+            assert_eq!(detect_plaintext(&settings[..n]), NeedMore);
+        }
+        assert_eq!(
+            detect_plaintext(b"HTTP/1.1 200 OK\r\n"),
+            Decided(Protocol::Http1)
+        );
+        assert_eq!(detect_plaintext(H2_PREFACE), Decided(Protocol::Http2));
+        // A SETTINGS ACK or another frame first is not a server preface.
+        assert_eq!(
+            detect_plaintext(&[0, 0, 0, 4, 1, 0, 0, 0, 0]),
+            Decided(Protocol::Http1)
+        );
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct HttpConnection {
     /// The server direction lost framing since the last delivered response: responses may
     /// have been lost, so FIFO pairing cannot be trusted.
     responses_lost: bool,
+    /// A `101 Switching Protocols` to `h2c` answered this exchange: the connection goes on
+    /// as HTTP/2, the exchange as its stream 1.
+    switched_to_h2c: Option<u32>,
 }
 
 impl HttpConnection {
@@ -107,6 +110,7 @@ impl HttpConnection {
             pending,
             next_exchange: 0,
             responses_lost: !from_start,
+            switched_to_h2c: None,
         }
     }
 
@@ -121,10 +125,23 @@ impl HttpConnection {
         self.abandoned
     }
 
-    /// The next in-order bytes of `dir`, all seen in the frame `mark`.
-    pub fn data<S: HttpSink>(&mut self, dir: Direction, bytes: &[u8], mark: Mark, sink: &mut S) {
+    /// The exchange whose `101` switched the connection to HTTP/2 (`Upgrade: h2c`), if any.
+    pub fn switched_to_h2c(&self) -> Option<u32> {
+        self.switched_to_h2c
+    }
+
+    /// The next in-order bytes of `dir`, all seen in the frame `mark`. Returns how many were
+    /// taken: all of them, unless the connection switched protocols within them (the rest
+    /// belongs to the new protocol).
+    pub fn data<S: HttpSink>(
+        &mut self,
+        dir: Direction,
+        bytes: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) -> usize {
         if self.abandoned {
-            return;
+            return 0;
         }
         let d = dir.index();
         let parser = &mut self.directions[d];
@@ -136,7 +153,7 @@ impl HttpConnection {
             // A segment is the run of bytes sharing one mark, however the calls cut it.
             let at_segment_start = new_segment && rest.len() == bytes.len();
             let used = match &self.directions[d].state {
-                State::Ended => return,
+                State::Ended => return bytes.len(),
                 State::Head => self.step_head(d, rest, at_segment_start, mark, sink),
                 // Messages usually begin a segment: its first byte counts as a line start.
                 State::Resync { line_start } => {
@@ -153,12 +170,17 @@ impl HttpConnection {
                 if idle_steps > 8 {
                     self.note_skip(d, mark, sink);
                     self.lose_sync(d, false);
-                    return;
+                    return bytes.len();
                 }
             } else {
                 idle_steps = 0;
             }
             rest = rest.get(used..).unwrap_or_default();
+        }
+        if self.abandoned {
+            bytes.len() - rest.len()
+        } else {
+            bytes.len()
         }
     }
 
@@ -596,6 +618,12 @@ impl HttpConnection {
         let (exchange, request) = self.pair_response(first);
         if request.is_none() {
             sink.anomaly(Anomaly::UnpairedResponse, mark);
+        }
+        if status == 101 && facts.upgrade_h2c {
+            // Not an answer but a switch: the request's answer comes as HTTP/2 stream 1.
+            self.switched_to_h2c = Some(exchange);
+            self.abandon(mark, sink);
+            return;
         }
         let encoding = facts
             .content_encoding
@@ -1159,6 +1187,8 @@ struct HeadFacts {
     session_id: Option<String>,
     last_event_id: Option<String>,
     protocol_version: Option<String>,
+    /// `Upgrade` names `h2c`.
+    upgrade_h2c: bool,
 }
 
 impl HeadFacts {
@@ -1197,6 +1227,10 @@ impl HeadFacts {
                 facts.last_event_id.get_or_insert_with(|| text(value));
             } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
                 facts.protocol_version.get_or_insert_with(|| text(value));
+            } else if name.eq_ignore_ascii_case("upgrade") {
+                facts.upgrade_h2c |= value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
             }
         }
         facts
@@ -1613,7 +1647,9 @@ mod tests {
             let mark = mark_of(i);
             match step {
                 Step::Data(dir, bytes) => match split {
-                    Split::Whole => conn.data(*dir, bytes, mark, &mut rec),
+                    Split::Whole => {
+                        conn.data(*dir, bytes, mark, &mut rec);
+                    }
                     Split::Bytewise => {
                         for piece in bytes.chunks(1) {
                             conn.data(*dir, piece, mark, &mut rec);

@@ -8,7 +8,9 @@
 //! Output: HTTP exchanges through [`crate::record::HttpSink`], and, when the connection is
 //! over, [`Coverage`]: what it was read as, or why it was not read.
 //! Invariants:
-//! - [`AppStack`] is a closed enum: the hot path dispatches statically.
+//! - [`AppStack`] is a closed enum: the hot path dispatches statically. TLS holds a child
+//!   stack for its plaintext (HTTP/1.1 or HTTP/2, detected again from the first plaintext
+//!   bytes), fed through the same contract.
 //! - What a connection speaks is decided in one place ([`detect`]), from the first bytes of
 //!   the direction that speaks first; until then every call is held (a few bytes, bounded by
 //!   [`detect::MAX_DETECT_BYTES`] in the deciding direction) and replayed in order to the
@@ -30,9 +32,20 @@ pub mod jsonrpc;
 pub mod sse;
 pub mod tls;
 
-use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd};
+use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd, StreamSink};
 use detect::{Detection, MAX_DETECT_BYTES, Protocol};
+use h2::Http2Connection;
 use http1::HttpConnection;
+use tls::{KeyLog, TlsConnection, TlsFacts, TlsStatus};
+
+/// What every layer of a connection's stack may need besides its bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct AppCtx<'a> {
+    pub limits: &'a Limits,
+    /// The TLS secrets known so far (key log files, and Decryption Secrets Blocks read up to
+    /// this point of the capture).
+    pub keys: &'a KeyLog,
+}
 
 /// Why a connection was not read. Each is counted, with its bytes and server endpoint, in the
 /// coverage accounting.
@@ -40,18 +53,24 @@ use http1::HttpConnection;
 pub enum Unread {
     /// It does not speak HTTP.
     NotHttp,
-    /// TLS, and it cannot be decrypted.
-    Tls,
-    /// HTTP/2, which is not read.
-    Http2,
+    /// TLS, and no key log gave its secrets.
+    TlsNoKeys,
+    /// TLS with a version or cipher suite that is not decrypted (CBC, CCM, TLS 1.1 and older).
+    TlsUnsupported,
+    /// TLS whose logged secrets do not decrypt it.
+    TlsKeysWrong,
+    /// TLS whose handshake the capture does not hold: no client random to look keys up by.
+    TlsHandshakeMissing,
 }
 
 impl Unread {
     pub fn as_str(self) -> &'static str {
         match self {
             Unread::NotHttp => "not_http",
-            Unread::Tls => "tls_no_keys",
-            Unread::Http2 => "http2_unsupported",
+            Unread::TlsNoKeys => "tls_no_keys",
+            Unread::TlsUnsupported => "tls_unsupported",
+            Unread::TlsKeysWrong => "tls_keys_wrong",
+            Unread::TlsHandshakeMissing => "tls_handshake_missing",
         }
     }
 }
@@ -61,8 +80,8 @@ impl Unread {
 pub enum Coverage {
     /// No payload in either direction.
     Empty,
-    /// Read as HTTP/1.1.
-    Http1,
+    /// Read, as this protocol stack (`http1`, `h2`, `tls/http1`, `tls/h2`).
+    Read(&'static str),
     /// Not read, and why.
     Unread(Unread),
 }
@@ -77,8 +96,10 @@ enum Held {
 
 /// The calls of a connection whose protocol is not decided yet.
 #[derive(Debug)]
-pub struct Detector {
+pub(crate) struct Detector {
     from_start: bool,
+    /// The plaintext of a TLS connection: TLS again is not followed.
+    inside_tls: bool,
     /// The direction whose first bytes decide, once one sent any.
     speaker: Option<Direction>,
     /// Its first bytes (at most [`MAX_DETECT_BYTES`]).
@@ -91,15 +112,41 @@ pub struct Detector {
 /// Bytes of the silent direction held while the speaking one has not said enough.
 const MAX_HELD_BYTES: usize = 64 << 10;
 
+/// A TLS connection and the stack that reads its plaintext.
+pub(crate) struct TlsStack {
+    tls: TlsConnection,
+    child: AppStack,
+}
+
+/// Hands the TLS layer's plaintext to the child stack, with the HTTP sink of the connection.
+struct ChildSink<'a, 'c, S> {
+    ctx: AppCtx<'c>,
+    child: &'a mut AppStack,
+    sink: &'a mut S,
+}
+
+impl<S: HttpSink> StreamSink for ChildSink<'_, '_, S> {
+    fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+        self.child.data(self.ctx, dir, bytes, mark, self.sink);
+    }
+    fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+        self.child.gap(self.ctx, dir, len, mark, self.sink);
+    }
+    fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
+        self.child.end(self.ctx, dir, how, mark, self.sink);
+    }
+}
+
 /// The application stack of one connection.
 // The stack lives inside a boxed connection: its size costs nothing per packet, and boxing the
-// parser would cost an indirection on every call of the hot path.
+// parsers would cost an indirection on every call of the hot path.
 #[allow(clippy::large_enum_variant)]
-pub enum AppStack {
+pub(crate) enum AppStack {
     Detecting(Detector),
     Http1(HttpConnection),
-    /// Not read, and why; with the direction that spoke first, when known (the client of a
-    /// TLS or HTTP/2 connection).
+    Http2(Http2Connection),
+    Tls(Box<TlsStack>),
+    /// Not read, and why; with the direction that spoke first, when known.
     Unreadable(Unread, Option<Direction>),
 }
 
@@ -107,8 +154,13 @@ impl AppStack {
     /// `from_start`: the capture saw the connection's SYN, so each direction's first byte is
     /// the first byte the peer sent.
     pub fn new(from_start: bool) -> Self {
+        Self::detecting(from_start, false)
+    }
+
+    fn detecting(from_start: bool, inside_tls: bool) -> Self {
         AppStack::Detecting(Detector {
             from_start,
+            inside_tls,
             speaker: None,
             first: Vec::new(),
             held: Vec::new(),
@@ -118,14 +170,37 @@ impl AppStack {
 
     pub fn data<S: HttpSink>(
         &mut self,
-        limits: &Limits,
+        ctx: AppCtx<'_>,
         dir: Direction,
         bytes: &[u8],
         mark: Mark,
         sink: &mut S,
     ) {
         match self {
-            AppStack::Http1(h) => h.data(dir, bytes, mark, sink),
+            AppStack::Http1(h) => {
+                let used = h.data(dir, bytes, mark, sink);
+                if let Some(exchange) = h.switched_to_h2c() {
+                    self.switch_to_h2c(
+                        ctx,
+                        exchange,
+                        dir,
+                        &bytes[used.min(bytes.len())..],
+                        mark,
+                        sink,
+                    );
+                }
+            }
+            AppStack::Http2(h) => h.data(dir, bytes, mark, sink),
+            AppStack::Tls(t) => {
+                let TlsStack { tls, child } = &mut **t;
+                tls.data(
+                    ctx.keys,
+                    dir,
+                    bytes,
+                    mark,
+                    &mut ChildSink { ctx, child, sink },
+                );
+            }
             AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 if bytes.is_empty() {
@@ -139,7 +214,12 @@ impl AppStack {
                 } else {
                     d.other_bytes += bytes.len();
                 }
-                let decision = match detect::detect(&d.first, d.from_start) {
+                let detected = if d.inside_tls {
+                    detect::detect_plaintext(&d.first)
+                } else {
+                    detect::detect(&d.first, d.from_start)
+                };
+                let decision = match detected {
                     Detection::Decided(p) => Some(p),
                     Detection::NeedMore if d.other_bytes > MAX_HELD_BYTES => Some(Protocol::Http1),
                     Detection::NeedMore => None,
@@ -147,12 +227,12 @@ impl AppStack {
                 match decision {
                     // The common case: the first segment decides, nothing was held.
                     Some(p) if d.held.is_empty() => {
-                        self.decide(limits, p, sink);
-                        self.data(limits, dir, bytes, mark, sink);
+                        self.decide(ctx, p, sink);
+                        self.data(ctx, dir, bytes, mark, sink);
                     }
                     Some(p) => {
                         d.held.push(Held::Data(dir, bytes.to_vec(), mark));
-                        self.decide(limits, p, sink);
+                        self.decide(ctx, p, sink);
                     }
                     None => d.held.push(Held::Data(dir, bytes.to_vec(), mark)),
                 }
@@ -160,9 +240,33 @@ impl AppStack {
         }
     }
 
+    /// The HTTP/1.1 parser saw `101 Switching Protocols` to `h2c`: the connection goes on as
+    /// HTTP/2, `rest` being the first bytes of it.
+    fn switch_to_h2c<S: HttpSink>(
+        &mut self,
+        ctx: AppCtx<'_>,
+        exchange: u32,
+        dir: Direction,
+        rest: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        let AppStack::Http1(h) = self else {
+            return;
+        };
+        let Some(client) = h.client_direction() else {
+            *self = AppStack::Unreadable(Unread::NotHttp, None);
+            return;
+        };
+        *self = AppStack::Http2(Http2Connection::upgraded(ctx.limits, client, exchange));
+        if !rest.is_empty() {
+            self.data(ctx, dir, rest, mark, sink);
+        }
+    }
+
     pub fn gap<S: HttpSink>(
         &mut self,
-        limits: &Limits,
+        ctx: AppCtx<'_>,
         dir: Direction,
         len: u64,
         mark: Mark,
@@ -170,12 +274,23 @@ impl AppStack {
     ) {
         match self {
             AppStack::Http1(h) => h.gap(dir, len, mark, sink),
+            AppStack::Http2(h) => h.gap(dir, len, mark, sink),
+            AppStack::Tls(t) => {
+                let TlsStack { tls, child } = &mut **t;
+                tls.gap(
+                    ctx.keys,
+                    dir,
+                    len,
+                    mark,
+                    &mut ChildSink { ctx, child, sink },
+                );
+            }
             AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 d.held.push(Held::Gap(dir, len, mark));
                 // Missing bytes before the decision: the HTTP/1.1 parser resynchronizes.
                 if d.speaker.is_none_or(|s| s == dir) {
-                    self.decide(limits, Protocol::Http1, sink);
+                    self.decide(ctx, Protocol::Http1, sink);
                 }
             }
         }
@@ -183,7 +298,7 @@ impl AppStack {
 
     pub fn end<S: HttpSink>(
         &mut self,
-        limits: &Limits,
+        ctx: AppCtx<'_>,
         dir: Direction,
         how: StreamEnd,
         mark: Mark,
@@ -191,33 +306,42 @@ impl AppStack {
     ) {
         match self {
             AppStack::Http1(h) => h.end(dir, how, mark, sink),
+            AppStack::Http2(h) => h.end(dir, how, mark, sink),
+            AppStack::Tls(t) => {
+                let TlsStack { tls, child } = &mut **t;
+                tls.end(dir, how, mark, &mut ChildSink { ctx, child, sink });
+            }
             AppStack::Unreadable(..) => {}
             AppStack::Detecting(d) => {
                 d.held.push(Held::End(dir, how, mark));
                 if d.speaker.is_none_or(|s| s == dir) {
-                    self.decide(limits, Protocol::Http1, sink);
+                    self.decide(ctx, Protocol::Http1, sink);
                 }
             }
         }
     }
 
     /// Hands the connection to the parser of `protocol` and replays what was held.
-    fn decide<S: HttpSink>(&mut self, limits: &Limits, protocol: Protocol, sink: &mut S) {
+    fn decide<S: HttpSink>(&mut self, ctx: AppCtx<'_>, protocol: Protocol, sink: &mut S) {
         let AppStack::Detecting(d) = self else {
             return;
         };
         let held = std::mem::take(&mut d.held);
         let speaker = d.speaker;
         *self = match protocol {
-            Protocol::Http1 => AppStack::Http1(HttpConnection::new(limits, d.from_start)),
-            Protocol::Http2 => AppStack::Unreadable(Unread::Http2, speaker),
-            Protocol::Tls => AppStack::Unreadable(Unread::Tls, speaker),
+            Protocol::Http1 => AppStack::Http1(HttpConnection::new(ctx.limits, d.from_start)),
+            Protocol::Http2 => AppStack::Http2(Http2Connection::new(ctx.limits)),
+            Protocol::Tls if d.inside_tls => AppStack::Unreadable(Unread::NotHttp, speaker),
+            Protocol::Tls => AppStack::Tls(Box::new(TlsStack {
+                tls: TlsConnection::new(ctx.limits),
+                child: AppStack::detecting(true, true),
+            })),
         };
         for h in held {
             match h {
-                Held::Data(dir, bytes, mark) => self.data(limits, dir, &bytes, mark, sink),
-                Held::Gap(dir, len, mark) => self.gap(limits, dir, len, mark, sink),
-                Held::End(dir, how, mark) => self.end(limits, dir, how, mark, sink),
+                Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
+                Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
+                Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
             }
         }
     }
@@ -226,15 +350,27 @@ impl AppStack {
     pub fn client_direction(&self) -> Option<Direction> {
         match self {
             AppStack::Http1(h) => h.client_direction(),
+            AppStack::Http2(h) => h.client_direction(),
+            AppStack::Tls(t) => t.tls.facts().client.or_else(|| t.child.client_direction()),
             AppStack::Unreadable(_, speaker) => *speaker,
             AppStack::Detecting(_) => None,
+        }
+    }
+
+    /// The TLS facts, when the connection is TLS.
+    pub fn tls(&self) -> Option<&TlsFacts> {
+        match self {
+            AppStack::Tls(t) => Some(t.tls.facts()),
+            _ => None,
         }
     }
 
     /// Nothing more will be read from this connection: the caller may drop it.
     pub fn is_done(&self) -> bool {
         match self {
-            AppStack::Http1(h) => h.is_abandoned(),
+            AppStack::Http1(h) => h.is_abandoned() && h.switched_to_h2c().is_none(),
+            AppStack::Http2(h) => h.is_abandoned(),
+            AppStack::Tls(t) => t.tls.facts().status.is_final_failure() || t.child.is_done(),
             AppStack::Unreadable(..) => true,
             AppStack::Detecting(_) => false,
         }
@@ -245,11 +381,32 @@ impl AppStack {
     pub fn coverage(&self, saw_exchange: bool) -> Coverage {
         match self {
             AppStack::Detecting(d) if d.speaker.is_none() => Coverage::Empty,
-            AppStack::Detecting(_) => Coverage::Http1,
-            AppStack::Http1(_) if saw_exchange => Coverage::Http1,
+            AppStack::Detecting(_) => Coverage::Read("http1"),
+            AppStack::Http1(_) if saw_exchange => Coverage::Read("http1"),
             AppStack::Http1(h) if h.is_abandoned() => Coverage::Unread(Unread::NotHttp),
-            AppStack::Http1(_) => Coverage::Http1,
+            AppStack::Http1(_) => Coverage::Read("http1"),
+            AppStack::Http2(h) if h.is_abandoned() && !saw_exchange => {
+                Coverage::Unread(Unread::NotHttp)
+            }
+            AppStack::Http2(_) => Coverage::Read("h2"),
             AppStack::Unreadable(u, _) => Coverage::Unread(*u),
+            AppStack::Tls(t) => {
+                let f = t.tls.facts();
+                match &f.status {
+                    _ if f.records_decrypted > 0 => match t.child.coverage(saw_exchange) {
+                        Coverage::Read("h2") => Coverage::Read("tls/h2"),
+                        Coverage::Read(_) | Coverage::Empty => Coverage::Read("tls/http1"),
+                        other => other,
+                    },
+                    TlsStatus::Unsupported(_) => Coverage::Unread(Unread::TlsUnsupported),
+                    TlsStatus::KeysWrong => Coverage::Unread(Unread::TlsKeysWrong),
+                    TlsStatus::HandshakeNotCaptured => {
+                        Coverage::Unread(Unread::TlsHandshakeMissing)
+                    }
+                    TlsStatus::NotTls => Coverage::Unread(Unread::NotHttp),
+                    _ => Coverage::Unread(Unread::TlsNoKeys),
+                }
+            }
         }
     }
 }

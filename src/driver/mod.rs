@@ -22,11 +22,14 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use crate::app::AppStack;
-use crate::app::{Coverage, Unread};
+use crate::app::tls::{KeyLog, KeySource};
+use crate::app::{AppCtx, Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
-use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, fact_hash};
-use crate::input::capture::{self, CaptureReader, InputKind};
+use crate::exchange::{
+    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
+};
+use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::har;
 use crate::net::decode::{self, Endpoint, Skip};
 use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
@@ -67,6 +70,54 @@ pub struct Options {
     pub retention: audit::Retention,
     /// Where the account for a person goes.
     pub human: HumanReport,
+    /// TLS secrets from `--tls-keylog` files (Decryption Secrets Blocks of a capture are added
+    /// as it is read).
+    pub tls: TlsKeys,
+}
+
+/// TLS secrets given by the user, shared by every input.
+#[derive(Clone, Debug, Default)]
+pub struct TlsKeys(Arc<KeyLog>);
+
+impl TlsKeys {
+    /// Reads NSS key log files (`SSLKEYLOGFILE` format). Returns the secrets and messages for
+    /// standard error: `(is_error, text)` — a file that cannot be read is an error, bad lines
+    /// are a warning naming the first of them.
+    pub fn from_files(paths: &[PathBuf]) -> (TlsKeys, Vec<(bool, String)>) {
+        let mut keys = KeyLog::new();
+        let mut messages = Vec::new();
+        for path in paths {
+            let name = path.display().to_string();
+            match std::fs::read(path) {
+                Err(e) => messages.push((true, format!("{name}: cannot read the key log: {e}"))),
+                Ok(text) => {
+                    let stats = keys.add_nss(&text, KeySource::File(name.clone()));
+                    if stats.secrets == 0 {
+                        messages.push((false, format!("{name}: no TLS secrets in this key log")));
+                    }
+                    if let Some(first) = stats.errors.first() {
+                        messages.push((
+                            false,
+                            format!(
+                                "{name}: line {}: {}; {} malformed line(s) skipped",
+                                first.line, first.reason, stats.malformed
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        (TlsKeys(Arc::new(keys)), messages)
+    }
+
+    /// Secrets known.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// The plain-text account of what went wrong, for a person.
@@ -90,6 +141,7 @@ impl Default for Options {
             forensic: audit::Options::default(),
             retention: audit::Retention::default(),
             human: HumanReport::Off,
+            tls: TlsKeys::default(),
         }
     }
 }
@@ -266,8 +318,11 @@ impl From<FlowEvent> for ShardMsg {
 }
 
 /// Instructions from the reader to the shards.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum ShardMsg {
+    /// The TLS secrets known from here on (a Decryption Secrets Block was read); for every
+    /// shard.
+    Keys(Arc<KeyLog>),
     /// A connection begins: its number, its two endpoints (forward source first), and whether
     /// its first packet is a SYN. Sent apart from packets, which it would make twice as large.
     Open(u64, Endpoint, Endpoint, bool),
@@ -328,7 +383,7 @@ struct Conn {
 /// Feeds reassembled bytes to the connection's application stack, remembering how each
 /// direction ended.
 struct Bridge<'a> {
-    limits: &'a Limits,
+    ctx: AppCtx<'a>,
     /// Direction of the packet being processed, when it carries a RST.
     rst_from: Option<Direction>,
     app: &'a mut AppStack,
@@ -339,11 +394,11 @@ struct Bridge<'a> {
 
 impl StreamSink for Bridge<'_> {
     fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
-        self.app.data(self.limits, dir, bytes, mark, self.tracker);
+        self.app.data(self.ctx, dir, bytes, mark, self.tracker);
     }
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
         self.gaps[dir.index()] = true;
-        self.app.gap(self.limits, dir, len, mark, self.tracker);
+        self.app.gap(self.ctx, dir, len, mark, self.tracker);
     }
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
         // Who reset matters: a stream cut by its own sender ended there; one cut by the
@@ -353,7 +408,7 @@ impl StreamSink for Bridge<'_> {
             _ => how,
         };
         self.ends[dir.index()] = Some(how);
-        self.app.end(self.limits, dir, how, mark, self.tracker);
+        self.app.end(self.ctx, dir, how, mark, self.tracker);
     }
 }
 
@@ -373,10 +428,12 @@ struct Shard {
     /// Connections dropped as unreadable before they ended: their later bytes are still
     /// counted, and they are accounted for when they end.
     unread: HashMap<u64, (Unread, Option<String>, u64), FoldHashKey>,
+    /// The TLS secrets known at this point of the capture.
+    keys: Arc<KeyLog>,
 }
 
 impl Shard {
-    fn new(limits: &Limits) -> Self {
+    fn new(limits: &Limits, keys: Arc<KeyLog>) -> Self {
         Shard {
             limits: limits.clone(),
             conns: HashMap::with_hasher(FoldHashKey::new()),
@@ -385,6 +442,7 @@ impl Shard {
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
             unread: HashMap::with_hasher(FoldHashKey::new()),
+            keys,
         }
     }
 
@@ -419,7 +477,10 @@ impl Shard {
             mark: m.mark,
         };
         let mut bridge = Bridge {
-            limits: &self.limits,
+            ctx: AppCtx {
+                limits: &self.limits,
+                keys: &self.keys,
+            },
             rst_from: m.flags.rst.then_some(m.dir),
             app: &mut c.app,
             tracker: &mut c.tracker,
@@ -450,7 +511,10 @@ impl Shard {
             return;
         };
         let mut bridge = Bridge {
-            limits: &self.limits,
+            ctx: AppCtx {
+                limits: &self.limits,
+                keys: &self.keys,
+            },
             rst_from: None,
             app: &mut c.app,
             tracker: &mut c.tracker,
@@ -476,7 +540,8 @@ impl Shard {
         self.stats.http_exchanges += c.tracker.exchanges;
         match c.app.coverage(c.tracker.exchanges > 0) {
             _ if c.bytes == 0 => self.stats.coverage.empty += 1,
-            Coverage::Empty | Coverage::Http1 => self.stats.coverage.count_read("http1", c.bytes),
+            Coverage::Empty => self.stats.coverage.count_read("http1", c.bytes),
+            Coverage::Read(how) => self.stats.coverage.count_read(how, c.bytes),
             Coverage::Unread(reason) => {
                 let (fwd, rev) = c.endpoints;
                 let server = match c.app.client_direction() {
@@ -510,6 +575,7 @@ impl Shard {
             ShardMsg::Packet(m, from, to) => self.packet(&m, bytes.get(from..to).unwrap_or(&[])),
             ShardMsg::End(stream, how, mark) => self.close(stream, how, mark),
             ShardMsg::Open(stream, a, b, from_start) => self.open(stream, (a, b), from_start),
+            ShardMsg::Keys(keys) => self.keys = keys,
         }
     }
 
@@ -551,6 +617,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         client,
         server,
         har_entry: None,
+        tls: c.app.tls().map(|f| Arc::new(tls_info(f))),
     };
     let overflowed = c.tcp.stats().overflows > 0;
     let mut resumes: Vec<ResumeRecord> = c
@@ -590,6 +657,26 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             exchange: r.exchange,
             event: StageEvent::Ended(Box::new((None, Some(r)))),
         });
+    }
+}
+
+/// What the report says of a TLS connection.
+fn tls_info(f: &crate::app::tls::TlsFacts) -> TlsInfo {
+    TlsInfo {
+        version: f.version.map(|v| match v {
+            0x0304 => "TLS 1.3".to_string(),
+            0x0303 => "TLS 1.2".to_string(),
+            0x0302 => "TLS 1.1".to_string(),
+            0x0301 => "TLS 1.0".to_string(),
+            other => format!("{other:#06x}"),
+        }),
+        cipher: f.cipher_suite.map(crate::app::tls::cipher_suite_name),
+        sni: f.sni.clone(),
+        alpn: f.alpn.clone(),
+        keys: f.key_source.as_ref().map(|k| match k {
+            KeySource::File(name) => format!("keylog:{name}"),
+            KeySource::Embedded => "pcapng".to_string(),
+        }),
     }
 }
 
@@ -781,6 +868,12 @@ impl Dispatch for Threaded {
         let stream = match msg {
             ShardMsg::Packet(m, ..) => m.stream,
             ShardMsg::End(s, ..) | ShardMsg::Open(s, ..) => s,
+            ShardMsg::Keys(_) => {
+                for s in 0..self.senders.len() {
+                    self.push(s, msg.clone(), &[]);
+                }
+                return;
+            }
         };
         let s = self.shard_of(stream);
         self.push(s, msg, &[]);
@@ -814,6 +907,7 @@ fn read_packets<R: Read, D: Dispatch>(
     };
     let mut ends = Vec::new();
     let mut progress_shown = 0;
+    let mut keys = opts.tls.0.clone();
     loop {
         if let Some(bar) = &opts.progress {
             let at = reader.position();
@@ -822,8 +916,15 @@ fn read_packets<R: Read, D: Dispatch>(
                 progress_shown = at;
             }
         }
-        let packet = match reader.next_packet() {
-            Ok(Some(p)) => p,
+        let packet = match reader.next_record() {
+            Ok(Some(Record::Packet(p))) => p,
+            Ok(Some(Record::TlsKeyLog(text))) => {
+                let mut more = (*keys).clone();
+                more.add_nss(text, KeySource::Embedded);
+                keys = Arc::new(more);
+                sink.control(ShardMsg::Keys(keys.clone()));
+                continue;
+            }
             Ok(None) => break,
             Err(e) => {
                 report.error(format!(
@@ -882,7 +983,7 @@ fn analyze_capture<R: Read>(
 ) {
     let (shards, stage) = if opts.threads <= 1 {
         let mut inline = Inline {
-            shard: Shard::new(&opts.limits),
+            shard: Shard::new(&opts.limits, opts.tls.0.clone()),
             merger: Merger::new(1, opts, sink),
         };
         let (last, table) = read_packets(name, src, opts, &mut inline, report);
@@ -915,13 +1016,14 @@ fn analyze_capture<R: Read>(
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
                 let limits = opts.limits.clone();
+                let keys = opts.tls.0.clone();
                 let spare_tx = spare_tx.clone();
                 let handed_tx = handed_tx.clone();
                 handles.push(scope.spawn(move || {
-                    let mut shard = Shard::new(&limits);
+                    let mut shard = Shard::new(&limits, keys);
                     for mut batch in rx {
-                        for msg in &batch.msgs {
-                            shard.handle(*msg, &batch.bytes);
+                        for msg in batch.msgs.drain(..) {
+                            shard.handle(msg, &batch.bytes);
                         }
                         let done = batch.done;
                         batch.msgs.clear();

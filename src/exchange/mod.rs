@@ -71,6 +71,21 @@ pub struct ConnectionRef {
     /// For HAR input: the 0-based index of the entry in the file, as it appears there. Marks
     /// of HAR records carry this index as their `frame`.
     pub har_entry: Option<u64>,
+    /// For TLS connections: what was negotiated and where the keys came from.
+    pub tls: Option<std::sync::Arc<TlsInfo>>,
+}
+
+/// The TLS facts a report cites for a connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsInfo {
+    /// `TLS 1.2`, `TLS 1.3`.
+    pub version: Option<String>,
+    /// IANA name of the cipher suite.
+    pub cipher: Option<String>,
+    pub sni: Option<String>,
+    pub alpn: Option<String>,
+    /// `keylog:<file>` or `pcapng` (a Decryption Secrets Block).
+    pub keys: Option<String>,
 }
 
 /// One resume: a request carrying `Last-Event-ID`, what came back, and the verdict.
@@ -106,6 +121,8 @@ pub struct ResumeRecord {
     pub connection: ConnectionRef,
     /// 0-based index of the exchange on its connection: joins the record to its summary.
     pub exchange: u32,
+    /// The HTTP/2 stream of the request, on HTTP/2.
+    pub h2_stream: Option<u32>,
     /// A priming event at the head of the stream that repeated `Last-Event-ID`, skipped when
     /// choosing the first id.
     pub priming_ack: Option<Mark>,
@@ -829,6 +846,7 @@ impl ExchangeTracker {
             last_proof,
             connection: ConnectionRef::default(),
             exchange,
+            h2_stream: request.h2_stream.or(response.and_then(|r| r.h2_stream)),
             priming_ack: resume.as_ref().and_then(|s| s.priming_ack),
             resume_ack: summary.and_then(|s| s.resume_ack.clone()),
             retry: summary.map(|s| s.retry.clone()).unwrap_or_default(),

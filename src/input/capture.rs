@@ -130,6 +130,10 @@ const IDB: u32 = 0x0000_0001;
 const SPB: u32 = 0x0000_0003;
 const EPB: u32 = 0x0000_0006;
 const OBSOLETE_PB: u32 = 0x0000_0002;
+/// Decryption Secrets Block (`editcap --inject-secrets`).
+const DSB: u32 = 0x0000_000A;
+/// Its secrets type for an NSS key log ("TLSK").
+const DSB_TLS_KEY_LOG: u32 = 0x544c_534b;
 /// Interfaces a section may declare; more is treated as damage (each costs a few bytes only,
 /// but an unbounded list would let a hostile file grow memory without packets).
 const MAX_INTERFACES: usize = 65_536;
@@ -289,33 +293,51 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// The next packet, or `None` at the end of the file (a final record cut short ends the
-    /// packets too; see [`Self::truncated_at`]).
+    /// packets too; see [`Self::truncated_at`]). Embedded secrets are passed over.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, CaptureError> {
         loop {
-            let found = match self.format {
-                Format::Pcap {
-                    endian,
-                    nanos,
-                    linktype,
-                } => self.next_pcap_record(endian, nanos, linktype)?,
-                Format::PcapNg { endian, .. } => self.next_pcapng_block(endian)?,
-            };
-            match found {
-                Next::Packet(p) => {
-                    self.frame += 1;
-                    let data = &self.buf[p.data_start..p.data_start + p.data_len];
-                    return Ok(Some(Packet {
-                        frame: self.frame,
-                        time_ns: p.time_ns,
-                        linktype: p.linktype,
-                        data,
-                        orig_len: p.orig_len,
-                        offset: p.offset,
-                    }));
-                }
-                Next::Again => continue,
+            match self.next_found()? {
+                Next::Packet(p) => return Ok(Some(self.packet_of(p))),
                 Next::End => return Ok(None),
+                Next::Secrets(..) | Next::Again => {}
             }
+        }
+    }
+
+    /// The next packet or embedded key log, in file order, or `None` at the end of the file.
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        loop {
+            match self.next_found()? {
+                Next::Packet(p) => return Ok(Some(Record::Packet(self.packet_of(p)))),
+                Next::Secrets(start, len) => {
+                    return Ok(Some(Record::TlsKeyLog(&self.buf[start..start + len])));
+                }
+                Next::End => return Ok(None),
+                Next::Again => {}
+            }
+        }
+    }
+
+    fn next_found(&mut self) -> Result<Next, CaptureError> {
+        match self.format {
+            Format::Pcap {
+                endian,
+                nanos,
+                linktype,
+            } => self.next_pcap_record(endian, nanos, linktype),
+            Format::PcapNg { endian, .. } => self.next_pcapng_block(endian),
+        }
+    }
+
+    fn packet_of(&mut self, p: Found) -> Packet<'_> {
+        self.frame += 1;
+        Packet {
+            frame: self.frame,
+            time_ns: p.time_ns,
+            linktype: p.linktype,
+            data: &self.buf[p.data_start..p.data_start + p.data_len],
+            orig_len: p.orig_len,
+            offset: p.offset,
         }
     }
 
@@ -415,6 +437,7 @@ impl<R: Read> CaptureReader<R> {
             }
             // The obsolete Packet Block is not written by current tools.
             OBSOLETE_PB => self.unreadable_packet(),
+            DSB => self.secrets(endian, block_len),
             _ => Next::Again,
         };
         // The packet's bytes stay valid in the buffer: consuming only moves `start`, and nothing
@@ -469,6 +492,17 @@ impl<R: Read> CaptureReader<R> {
                 "unreadable pcapng interface description"
             })),
         }
+    }
+
+    /// A Decryption Secrets Block: its NSS key log, if that is what it holds (other secrets
+    /// types are passed over).
+    fn secrets(&self, endian: Endian, block_len: usize) -> Next {
+        let b = &self.buf[self.start..self.start + block_len];
+        if block_len < 20 || endian.u32(&b[8..12]) != DSB_TLS_KEY_LOG {
+            return Next::Again;
+        }
+        let len = (endian.u32(&b[12..16]) as usize).min(block_len - 20);
+        Next::Secrets(self.start + 16, len)
     }
 
     /// A packet record that cannot be read (no interface to give it a link type, or an obsolete
@@ -579,8 +613,18 @@ struct Found {
 
 enum Next {
     Packet(Found),
+    /// A Decryption Secrets Block's NSS key log: where its bytes sit in the buffer.
+    Secrets(usize, usize),
     Again,
     End,
+}
+
+/// What a capture holds, in file order: packets, and the TLS secrets embedded between them.
+#[derive(Debug)]
+pub enum Record<'a> {
+    Packet(Packet<'a>),
+    /// An NSS key log from a pcapng Decryption Secrets Block.
+    TlsKeyLog(&'a [u8]),
 }
 
 #[cfg(test)]

@@ -858,6 +858,7 @@ impl HarRun<'_> {
                 client: None,
                 server: None,
                 har_entry: Some(index),
+                tls: None,
             };
             self.report.resumes.push(r);
         }

@@ -53,6 +53,15 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 #[derive(Serialize)]
+struct TlsLine<'a> {
+    version: Option<&'a str>,
+    cipher: Option<&'a str>,
+    sni: Option<&'a str>,
+    alpn: Option<&'a str>,
+    keys: Option<&'a str>,
+}
+
+#[derive(Serialize)]
 struct ResumeLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -85,6 +94,10 @@ struct ResumeLine<'a> {
     client: Option<String>,
     server: Option<String>,
     tcp_stream: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    h2_stream: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsLine<'a>>,
     display_filter: Option<String>,
     /// The id shape (or `--id-pattern`) whose counter decided an opaque-id resume.
     id_shape: Option<&'a str>,
@@ -168,10 +181,23 @@ pub fn write_resume<W: Write + ?Sized>(
         client: r.connection.client.map(|e| e.to_string()),
         server: r.connection.server.map(|e| e.to_string()),
         tcp_stream: r.connection.tcp_stream,
-        display_filter: r
-            .connection
-            .tcp_stream
-            .map(|s| display_filter(s, r.request, r.last_proof)),
+        h2_stream: r.h2_stream,
+        tls: r.connection.tls.as_deref().map(|t| TlsLine {
+            version: t.version.as_deref(),
+            cipher: t.cipher.as_deref(),
+            sni: t.sni.as_deref(),
+            alpn: t.alpn.as_deref(),
+            keys: t.keys.as_deref(),
+        }),
+        display_filter: r.connection.tcp_stream.map(|s| {
+            let f = display_filter(s, r.request, r.last_proof);
+            // Wireshark dissects HTTP/2 by itself only under TLS (by ALPN); cleartext h2c
+            // needs "Decode As", without which an http2 field would hide every frame.
+            match (r.h2_stream, &r.connection.tls) {
+                (Some(h), Some(_)) => format!("{f} && http2.streamid eq {h}"),
+                _ => f,
+            }
+        }),
         id_shape: r.forensic.id_shape.as_deref(),
         evidence: r.forensic.evidence.as_ref(),
         cursor: r.forensic.cursor.as_ref(),
@@ -717,11 +743,13 @@ const MAX_SERVERS_TALLIED: usize = 4096;
 /// a reason; packets cut by the snap length are counted apart.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct CoverageStats {
-    /// Connections read, by protocol (`http1`), with their payload bytes.
+    /// Connections read, by protocol stack (`http1`, `h2`, `tls/http1`, `tls/h2`), with their
+    /// payload bytes.
     pub read: BTreeMap<&'static str, Tally>,
     /// Connections that carried no payload.
     pub empty: u64,
-    /// Connections not read, by reason (`tls_no_keys`, `http2_unsupported`, `not_http`).
+    /// Connections not read, by reason (`tls_no_keys`, `tls_unsupported`, `tls_keys_wrong`,
+    /// `tls_handshake_missing`, `not_http`).
     pub unread: BTreeMap<&'static str, Tally>,
     /// Frames the snap length cut short (their missing bytes are TCP gaps), and the longest
     /// captured length among them.
@@ -818,8 +846,18 @@ impl CoverageStats {
         let mut parts = Vec::new();
         for (reason, t) in &self.unread {
             let what = match *reason {
-                "tls_no_keys" => "TLS, not decrypted (this version reads no TLS keys)",
-                "http2_unsupported" => "HTTP/2, which this version does not read",
+                "tls_no_keys" => {
+                    "TLS without its keys: pass --tls-keylog FILE (SSLKEYLOGFILE format)"
+                }
+                "tls_unsupported" => {
+                    "TLS with a version or cipher suite that is not decrypted (CBC, CCM, TLS 1.1 or older)"
+                }
+                "tls_keys_wrong" => {
+                    "TLS that the logged keys do not decrypt: another session's key log?"
+                }
+                "tls_handshake_missing" => {
+                    "TLS whose handshake the capture missed: capture from the connections' start"
+                }
                 "not_http" => continue,
                 other => other,
             };

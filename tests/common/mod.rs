@@ -26,3 +26,14 @@ pub fn fixture_files(keep: impl Fn(&Path) -> bool, enter: impl Fn(&Path) -> bool
     found.sort();
     found
 }
+
+/// `--tls-keylog <stem>.keys` when the capture has a key log beside it.
+#[allow(dead_code)]
+pub fn key_log_args(capture: &Path) -> Vec<String> {
+    let keys = capture.with_extension("keys");
+    if keys.exists() {
+        vec!["--tls-keylog".into(), keys.display().to_string()]
+    } else {
+        Vec::new()
+    }
+}

@@ -65,6 +65,7 @@ impl FrameType {
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
     pub(crate) fn to_byte(self) -> u8 {
         match self {
             FrameType::Data => 0,
@@ -231,6 +232,7 @@ impl FrameReader {
     }
 
     /// True when framing was lost or the stream is not HTTP/2.
+    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
     pub(crate) fn is_dead(&self) -> bool {
         self.state == ReadState::Dead
     }

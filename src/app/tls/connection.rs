@@ -98,7 +98,7 @@ pub(crate) enum TlsStatus {
 }
 
 impl TlsStatus {
-    fn is_final_failure(&self) -> bool {
+    pub(crate) fn is_final_failure(&self) -> bool {
         matches!(
             self,
             TlsStatus::NoKeys

@@ -108,6 +108,7 @@ impl RecordAssembler {
     }
 
     /// The whole record after [`Framed::Record`]: header and body.
+    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
     pub(crate) fn record(&mut self) -> &mut [u8] {
         &mut self.buf
     }

@@ -13,9 +13,6 @@
 //! - [`crypto`]: suites, key schedules (TLS 1.2 PRF, TLS 1.3 HKDF), AEAD record protection.
 //! - [`connection`]: the per-connection state machine, [`TlsConnection`].
 
-// wired into the app stack by the integration step
-#![allow(dead_code, unused_imports)]
-
 pub(crate) mod connection;
 pub(crate) mod crypto;
 pub(crate) mod framing;
@@ -26,4 +23,4 @@ mod rfc8448;
 
 pub(crate) use connection::{TlsConnection, TlsFacts, TlsStatus};
 pub(crate) use crypto::cipher_suite_name;
-pub(crate) use keylog::{KeyLog, KeyLogStats, KeySource};
+pub(crate) use keylog::{KeyLog, KeySource};
