@@ -1,7 +1,7 @@
 //! The command-line program: arguments (clap), the progress bar, where the report goes, and
 //! the exit status. Everything else is the library's; it takes no terminal types.
 
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,7 +35,8 @@ struct Cli {
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
 
-    /// Write the JSON Lines report to FILE instead of standard output.
+    /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
+    /// FILE is replaced only when the run is over; an input is never overwritten.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 
@@ -137,6 +138,31 @@ fn progress_bar(cli: &Cli) -> Option<std::sync::Arc<dyn Progress>> {
     Some(std::sync::Arc::new(Bar(bar)))
 }
 
+/// An output path that names an input (the same file, by device and inode, whatever the
+/// spelling) is refused before anything is opened for writing: the evidence is never harmed.
+fn refuse_to_overwrite_an_input(
+    output: &std::path::Path,
+    inputs: &[PathBuf],
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        if let Ok(m) = std::fs::metadata(input)
+            && m.dev() == out.dev()
+            && m.ino() == out.ino()
+        {
+            anyhow::bail!(
+                "refusing to write the report to {}: it is the input {}",
+                output.display(),
+                input.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn main() -> ExitCode {
     match real_main() {
         Ok(code) => ExitCode::from(code as u8),
@@ -188,13 +214,22 @@ fn real_main() -> anyhow::Result<i32> {
     };
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
-    let outcome = match &cli.output {
+    let outcome = match cli.output.as_deref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
-            let file = std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            let mut out = BufWriter::new(file);
+            refuse_to_overwrite_an_input(path, &cli.inputs)?;
+            // The report goes to a temporary file beside the target, renamed at the end: a
+            // run that fails or is stopped leaves the target as it was.
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => std::path::Path::new("."),
+            };
+            let tmp = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+            let mut out = BufWriter::new(tmp);
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
-            out.flush()?;
+            let tmp = out.into_inner().map_err(|e| e.into_error())?;
+            tmp.persist(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
             o
         }
         None => {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -230,15 +230,75 @@ fn truncated_capture_is_analyzed_up_to_its_last_whole_packet() {
     std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
     let got = run(&[cut.to_str().unwrap()]);
     assert!(
-        got.stderr.contains("warning") && got.stderr.contains("offset"),
+        got.stderr.starts_with("error: ") && got.stderr.contains("offset"),
         "{}",
         got.stderr
     );
-    assert_ne!(got.code, 2);
+    // Read in part: the input counts as failed, and the run says so unless it accuses.
+    assert_eq!(got.summary["inputs_failed"], 1);
+    assert_eq!(got.summary["problems"].as_array().unwrap().len(), 1);
+    assert!(got.code == 2 || got.code == 1, "{}", got.code);
     let whole = run(&[cap.to_str().unwrap()]);
     assert_eq!(
         got.summary["packets"].as_u64().unwrap() + 1,
         whole.summary["packets"].as_u64().unwrap()
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_report_never_overwrites_an_input() {
+    let dir = std::env::temp_dir().join(format!("mra-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("evidence.pcap");
+    let original =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/real/py-counter.pcap"))
+            .unwrap();
+    std::fs::write(&cap, &original).unwrap();
+    // The same file under another spelling is still the input.
+    let other_name = dir.join(".").join("evidence.pcap");
+    let out = Command::new(bin())
+        .arg("-o")
+        .arg(&other_name)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refusing to write the report"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&cap).unwrap(),
+        original,
+        "the input was changed"
+    );
+    // `-o -` is standard output, and a real target is written whole at the end.
+    let out = Command::new(bin())
+        .args(["-o", "-"])
+        .arg(&cap)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    assert!(!dir.join("-").exists());
+    let target = dir.join("report.jsonl");
+    let out = Command::new(bin())
+        .arg("-o")
+        .arg(&target)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&target).unwrap().lines().count(), 3);
+    // Nothing but the input and the report is left in the folder.
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["evidence.pcap", "report.jsonl"]);
     std::fs::remove_dir_all(&dir).ok();
 }

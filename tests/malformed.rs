@@ -147,9 +147,10 @@ const CASES: &[Case] = &[
     },
     Case {
         file: "truncated-record-header.pcap",
-        code: 0,
+        // Read in part: every whole packet analyzed, and the input counted as failed.
+        code: 2,
         stderr: &[
-            "warning:",
+            "error:",
             "truncated-record-header.pcap",
             "offset 853",
             "cut short",
@@ -157,13 +158,14 @@ const CASES: &[Case] = &[
         lines: 1,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "truncated_record", 1)],
-        inputs_failed: 0,
+        inputs_failed: 1,
     },
     Case {
         file: "truncated-record-body.pcap",
-        code: 0,
+        // Read in part: every whole packet analyzed, and the input counted as failed.
+        code: 2,
         stderr: &[
-            "warning:",
+            "error:",
             "truncated-record-body.pcap",
             "offset 853",
             "cut short",
@@ -171,7 +173,7 @@ const CASES: &[Case] = &[
         lines: 1,
         verdicts: &["correct"],
         counts: &[("packets_skipped", "truncated_record", 1)],
-        inputs_failed: 0,
+        inputs_failed: 1,
     },
     Case {
         file: "caplen-above-snaplen.pcap",

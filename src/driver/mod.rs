@@ -960,11 +960,9 @@ fn read_packets<R: Read, D: Dispatch>(
     }
     if let Some(at) = reader.truncated_at() {
         *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
-        report.messages.push((
-            false,
-            format!(
-                "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
-            ),
+        // Read in part: counted as a failed input, though every whole packet was analyzed.
+        report.error(format!(
+            "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
         ));
     }
     let skipped = reader.skipped_records();

@@ -629,6 +629,42 @@ pub fn write_human_input<W: Write + ?Sized>(
 
 /// The closing line of the account for a person.
 pub fn write_human_summary<W: Write + ?Sized>(out: &mut W, s: &Summary) -> std::io::Result<()> {
+    // Capture health first: what could be seen decides what the verdicts are worth.
+    let c = &s.coverage;
+    let list = |m: &BTreeMap<&'static str, Tally>| {
+        m.iter()
+            .map(|(k, t)| format!("{} {k}", t.connections))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut health = format!(
+        "capture: {} packet(s), {} TCP connection(s)",
+        s.packets, s.tcp_connections
+    );
+    if !c.read.is_empty() {
+        health.push_str(&format!("; read: {}", list(&c.read)));
+    }
+    if !c.unread.is_empty() {
+        health.push_str(&format!("; NOT read: {}", list(&c.unread)));
+    }
+    if s.tcp_gaps > 0 {
+        health.push_str(&format!(
+            "; {} TCP gap(s), {} bytes the capture lost",
+            s.tcp_gaps, s.tcp_gap_bytes
+        ));
+    }
+    if c.packets_cut > 0 {
+        health.push_str(&format!(
+            "; {} packet(s) cut at {} bytes",
+            c.packets_cut,
+            c.snap_length.unwrap_or(0)
+        ));
+    }
+    let skipped: u64 = s.packets_skipped.values().sum();
+    if skipped > 0 {
+        health.push_str(&format!("; {skipped} packet(s) skipped"));
+    }
+    writeln!(out, "{health}")?;
     let verdicts: Vec<String> = s
         .verdicts
         .iter()
