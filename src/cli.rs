@@ -87,6 +87,12 @@ struct Cli {
     #[arg(long = "tls-keylog", value_name = "FILE")]
     tls_keylog: Vec<PathBuf>,
 
+    /// A server that carries no MCP traffic (IP:PORT, [IPv6]:PORT, IP or :PORT); repeatable.
+    /// Its connections that cannot be read are counted as ignored, and do not make the exit
+    /// status 3.
+    #[arg(long = "ignore-endpoint", value_name = "ADDR")]
+    ignore_endpoint: Vec<driver::EndpointFilter>,
+
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
     #[arg(short, long)]
     quiet: bool,
@@ -194,6 +200,7 @@ fn real_main() -> anyhow::Result<i32> {
     }
     let opts = Options {
         tls,
+        ignore: cli.ignore_endpoint.clone(),
         threads,
         limits: Limits {
             max_out_of_order_bytes: cli.max_out_of_order,

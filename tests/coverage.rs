@@ -150,3 +150,34 @@ fn a_plaintext_capture_read_in_full_exits_as_before() {
     assert_eq!(cov["read"]["http1"]["connections"], 6);
     assert_eq!(cov["empty"], 12);
 }
+
+#[test]
+fn servers_named_as_not_mcp_are_ignored_not_unread() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "-j1",
+            "--ignore-endpoint",
+            "127.0.0.1:18910",
+            "fixtures/coverage-real/tls13-without-keys.pcap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["coverage"]["ignored"]["connections"], 6);
+    assert_eq!(summary["coverage"]["unread"], serde_json::json!({}));
+    // Another port of the same host is still unread.
+    let r = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "--ignore-endpoint",
+            ":443",
+            "fixtures/coverage-real/tls13-without-keys.pcap",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(3));
+}

@@ -324,6 +324,14 @@ pub fn decide(last_event_id: &str, response: ResponseFacts<'_>) -> Decision {
             outcome,
         } => (status, event_stream, first_id, gap_before_first_id, outcome),
     };
+    if (100..200).contains(&status) {
+        // A 101 (or any 1xx that got this far) is no refusal: the server switched to a
+        // protocol whose answer is not read here.
+        return Decision::of(
+            Unverifiable,
+            "the server switched protocols (1xx): its answer is not HTTP this tool reads",
+        );
+    }
     if !(200..300).contains(&status) {
         return Decision::of(
             Rejected,
@@ -542,6 +550,17 @@ mod tests {
                 outcome: Some(StreamOutcome::EndedOnWire),
             };
             assert_eq!(decide("1", r).verdict, Verdict::Rejected);
+        }
+        // Switching protocols is not a refusal.
+        for status in [101, 199] {
+            let r = ResponseFacts::Answered {
+                status,
+                event_stream: false,
+                first_id: None,
+                gap_before_first_id: false,
+                outcome: Some(StreamOutcome::EndedOnWire),
+            };
+            assert_eq!(decide("1", r).verdict, Verdict::Unverifiable);
         }
         assert_eq!(decide("1", answered(None)).verdict, Verdict::Empty);
         // A client that hung up first proves nothing about what the server would have sent.

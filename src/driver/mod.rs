@@ -73,6 +73,50 @@ pub struct Options {
     /// TLS secrets from `--tls-keylog` files (Decryption Secrets Blocks of a capture are added
     /// as it is read).
     pub tls: TlsKeys,
+    /// Servers whose traffic is not MCP: their unread connections are counted as ignored,
+    /// not as unread (`--ignore-endpoint`).
+    pub ignore: Vec<EndpointFilter>,
+}
+
+/// A server endpoint to leave out of the unread traffic: `IP:PORT`, `[IPv6]:PORT`, `IP` (any
+/// port) or `:PORT` (any address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointFilter {
+    pub ip: Option<std::net::IpAddr>,
+    pub port: Option<u16>,
+}
+
+impl EndpointFilter {
+    pub fn matches(&self, e: &Endpoint) -> bool {
+        self.ip.is_none_or(|ip| ip == e.ip) && self.port.is_none_or(|p| p == e.port)
+    }
+}
+
+impl std::str::FromStr for EndpointFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected IP:PORT, [IPv6]:PORT, IP or :PORT");
+        let port = |p: &str| p.parse::<u16>().map_err(|_| bad());
+        if let Some(p) = s.strip_prefix(':') {
+            return Ok(EndpointFilter {
+                ip: None,
+                port: Some(port(p)?),
+            });
+        }
+        if let Ok(addr) = s.parse::<std::net::SocketAddr>() {
+            return Ok(EndpointFilter {
+                ip: Some(addr.ip()),
+                port: Some(addr.port()),
+            });
+        }
+        let ip = s.trim_start_matches('[').trim_end_matches(']');
+        ip.parse()
+            .map(|ip| EndpointFilter {
+                ip: Some(ip),
+                port: None,
+            })
+            .map_err(|_| bad())
+    }
 }
 
 /// TLS secrets given by the user, shared by every input.
@@ -142,6 +186,7 @@ impl Default for Options {
             retention: audit::Retention::default(),
             human: HumanReport::Off,
             tls: TlsKeys::default(),
+            ignore: Vec::new(),
         }
     }
 }
@@ -427,13 +472,15 @@ struct Shard {
     stats: InputStats,
     /// Connections dropped as unreadable before they ended: their later bytes are still
     /// counted, and they are accounted for when they end.
-    unread: HashMap<u64, (Unread, Option<String>, u64), FoldHashKey>,
+    unread: HashMap<u64, (Unread, Endpoint, u64), FoldHashKey>,
+    /// Servers whose unread traffic is not MCP, by the user's word (`--ignore-endpoint`).
+    ignore: Arc<[EndpointFilter]>,
     /// The TLS secrets known at this point of the capture.
     keys: Arc<KeyLog>,
 }
 
 impl Shard {
-    fn new(limits: &Limits, keys: Arc<KeyLog>) -> Self {
+    fn new(limits: &Limits, keys: Arc<KeyLog>, ignore: Arc<[EndpointFilter]>) -> Self {
         Shard {
             limits: limits.clone(),
             conns: HashMap::with_hasher(FoldHashKey::new()),
@@ -443,6 +490,7 @@ impl Shard {
             stats: InputStats::default(),
             unread: HashMap::with_hasher(FoldHashKey::new()),
             keys,
+            ignore,
         }
     }
 
@@ -500,13 +548,23 @@ impl Shard {
         }
     }
 
+    /// Counts a connection that was not read, unless the user said its server is not MCP.
+    fn count_unread(&mut self, reason: Unread, server: Endpoint, bytes: u64) {
+        if reason != Unread::NotHttp && self.ignore.iter().any(|f| f.matches(&server)) {
+            self.stats.coverage.ignored.connections += 1;
+            self.stats.coverage.ignored.bytes += bytes;
+        } else {
+            self.stats
+                .coverage
+                .count_unread(reason.as_str(), Some(server.to_string()), bytes);
+        }
+    }
+
     /// Finishes a connection: what is buffered is flushed, open exchanges are decided.
     fn close(&mut self, stream: u64, how: StreamEnd, mark: Mark) {
         let Some(mut c) = self.conns.remove(&stream) else {
             if let Some((reason, server, bytes)) = self.unread.remove(&stream) {
-                self.stats
-                    .coverage
-                    .count_unread(reason.as_str(), server, bytes);
+                self.count_unread(reason, server, bytes);
             }
             return;
         };
@@ -549,14 +607,9 @@ impl Shard {
                     _ => rev,
                 };
                 if how == StreamEnd::Abandoned {
-                    self.unread
-                        .insert(stream, (reason, Some(server.to_string()), c.bytes));
+                    self.unread.insert(stream, (reason, server, c.bytes));
                 } else {
-                    self.stats.coverage.count_unread(
-                        reason.as_str(),
-                        Some(server.to_string()),
-                        c.bytes,
-                    );
+                    self.count_unread(reason, server, c.bytes);
                 }
             }
         }
@@ -981,7 +1034,7 @@ fn analyze_capture<R: Read>(
 ) {
     let (shards, stage) = if opts.threads <= 1 {
         let mut inline = Inline {
-            shard: Shard::new(&opts.limits, opts.tls.0.clone()),
+            shard: Shard::new(&opts.limits, opts.tls.0.clone(), opts.ignore.clone().into()),
             merger: Merger::new(1, opts, sink),
         };
         let (last, table) = read_packets(name, src, opts, &mut inline, report);
@@ -1015,10 +1068,11 @@ fn analyze_capture<R: Read>(
                 senders.push(tx);
                 let limits = opts.limits.clone();
                 let keys = opts.tls.0.clone();
+                let ignore: Arc<[EndpointFilter]> = opts.ignore.clone().into();
                 let spare_tx = spare_tx.clone();
                 let handed_tx = handed_tx.clone();
                 handles.push(scope.spawn(move || {
-                    let mut shard = Shard::new(&limits, keys);
+                    let mut shard = Shard::new(&limits, keys, ignore);
                     for mut batch in rx {
                         for msg in batch.msgs.drain(..) {
                             shard.handle(msg, &batch.bytes);
@@ -1235,6 +1289,31 @@ pub fn run<W: Write, E: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_filters_parse_and_match() {
+        let ep = |s: &str| {
+            let a: std::net::SocketAddr = s.parse().unwrap();
+            Endpoint {
+                ip: a.ip(),
+                port: a.port(),
+            }
+        };
+        let f: EndpointFilter = "10.0.0.5:443".parse().unwrap();
+        assert!(f.matches(&ep("10.0.0.5:443")));
+        assert!(!f.matches(&ep("10.0.0.5:8443")));
+        let f: EndpointFilter = ":443".parse().unwrap();
+        assert!(f.matches(&ep("192.0.2.1:443")) && !f.matches(&ep("192.0.2.1:80")));
+        let f: EndpointFilter = "[::1]:8443".parse().unwrap();
+        assert!(f.matches(&ep("[::1]:8443")));
+        let f: EndpointFilter = "::1".parse().unwrap();
+        assert!(f.matches(&ep("[::1]:1")));
+        let f: EndpointFilter = "127.0.0.1".parse().unwrap();
+        assert!(f.matches(&ep("127.0.0.1:9")));
+        for bad in ["", "host:443", ":x", "1.2.3.4:70000", "[::1"] {
+            assert!(bad.parse::<EndpointFilter>().is_err(), "{bad}");
+        }
+    }
 
     /// Counts what it is told.
     #[derive(Default)]

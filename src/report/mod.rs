@@ -787,6 +787,8 @@ pub struct CoverageStats {
     /// Connections not read, by reason (`tls_no_keys`, `tls_unsupported`, `tls_keys_wrong`,
     /// `tls_handshake_missing`, `not_http`).
     pub unread: BTreeMap<&'static str, Tally>,
+    /// Connections not read whose server the user named as not MCP (`--ignore-endpoint`).
+    pub ignored: Tally,
     /// Frames the snap length cut short (their missing bytes are TCP gaps), and the longest
     /// captured length among them.
     pub packets_cut: u64,
@@ -832,6 +834,7 @@ impl CoverageStats {
             self.read.entry(k).or_default().add(*t);
         }
         self.empty += other.empty;
+        self.ignored.add(other.ignored);
         for (k, t) in &other.unread {
             self.unread.entry(k).or_default().add(*t);
         }
