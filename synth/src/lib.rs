@@ -16,6 +16,9 @@ use std::io::{self, Write};
 use std::net::IpAddr;
 
 pub mod malformed;
+pub mod tls;
+
+pub use tls::{TlsParams, TlsSession, TlsSuite};
 
 /// 2026-11-09T10:00:00Z in nanoseconds since the Unix epoch: where synthetic time starts.
 pub const BASE_TIME_NS: u64 = 1_794_218_400 * NS_PER_SEC;
