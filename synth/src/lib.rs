@@ -15,6 +15,7 @@ use std::cmp::Ordering;
 use std::io::{self, Write};
 use std::net::IpAddr;
 
+pub mod h2;
 pub mod malformed;
 pub mod tls;
 
