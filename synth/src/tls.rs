@@ -746,7 +746,7 @@ fn side_index(side: Side) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn params(suite: TlsSuite, alpn: &str) -> TlsParams {
@@ -767,7 +767,7 @@ mod tests {
     ];
 
     /// Splits a byte run into records: (content type, version, body).
-    fn records(mut bytes: &[u8]) -> Vec<(u8, u16, Vec<u8>)> {
+    pub(crate) fn records(mut bytes: &[u8]) -> Vec<(u8, u16, Vec<u8>)> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
             let len = usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
@@ -790,7 +790,12 @@ mod tests {
 
     /// Opens a TLS 1.3 record with a logged traffic secret, independently of the writer's
     /// `Protection` (ring's open, the RFC's nonce and AAD rules).
-    fn open13(suite: TlsSuite, secret: &[u8], seq: u64, record: &(u8, u16, Vec<u8>)) -> Vec<u8> {
+    pub(crate) fn open13(
+        suite: TlsSuite,
+        secret: &[u8],
+        seq: u64,
+        record: &(u8, u16, Vec<u8>),
+    ) -> Vec<u8> {
         let hash = suite.hash();
         let key = expand_label_secret(hash, secret, b"key", suite.aead().key_len());
         let iv = expand_label_secret(hash, secret, b"iv", 12);
@@ -813,7 +818,7 @@ mod tests {
         plain.to_vec()
     }
 
-    fn key_log_secret(log: &str, label: &str) -> Vec<u8> {
+    pub(crate) fn key_log_secret(log: &str, label: &str) -> Vec<u8> {
         let line = log
             .lines()
             .find(|l| l.starts_with(&format!("{label} ")))
