@@ -6,8 +6,13 @@
 #
 #     benches/compare.sh | tee benches/RESULTS.md
 #
+# Then the same traffic on other wires (TLS 1.3, TLS 1.2, HTTP/2 in cleartext and under TLS),
+# one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`).
+#
 # Environment: OUT (scratch dir, default benches/out, git-ignored), RUNS (runs per
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
+# WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
+# (default the first of SIZES),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
 # PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
@@ -29,6 +34,9 @@ SMALL_SIZE=${SMALL_SIZE:-5MB}
 TSHARK=${TSHARK:-1}
 PRIORITY=${PRIORITY:-$([[ $(id -u) == 0 ]] && echo 1 || echo 0)}
 SEED=1
+WIRES=${WIRES-"plain tls1.3 tls1.2 h2c tls1.3+h2"}
+read -r FIRST_SIZE _ <<<"$SIZES"
+WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
 # --session-memory (MiB) of the bounded-memory runs.
 BOUNDED_SESSION_MIB=${BOUNDED_SESSION_MIB:-4}
 mkdir -p "$OUT"
@@ -41,12 +49,31 @@ WALLFILE=$(mktemp)
 trap 'rm -f "$TIMEFILE" "$WALLFILE"' EXIT
 
 # A capture is made again only when it is missing or the generator's source has changed since.
-GEN_STAMP=$(cat examples/gen-capture/*.rs src/synth.rs | sha256sum | cut -c1-16)
-capture() { # size seed path
-    if [[ ! -s $3 || $(cat "$3.stamp" 2>/dev/null) != "$GEN_STAMP" ]]; then
-        "$GEN" --size "$1" --seed "$2" --format "$FORMAT" --out "$3" 2>/dev/null
-        echo "$GEN_STAMP" >"$3.stamp"
+GEN_STAMP=$(cat examples/gen-capture/*.rs synth/src/*.rs | sha256sum | cut -c1-16)
+capture() { # size seed path [more gen-capture arguments]
+    local size=$1 seed=$2 path=$3
+    shift 3
+    local stamp="$GEN_STAMP $*"
+    if [[ ! -s $path || $(cat "$path.stamp" 2>/dev/null) != "$stamp" ]]; then
+        "$GEN" --size "$size" --seed "$seed" --format "$FORMAT" --out "$path" "$@" 2>/dev/null
+        echo "$stamp" >"$path.stamp"
     fi
+}
+
+# gen-capture's arguments for a wire of WIRES.
+wire_args() {
+    case $1 in
+    plain) ;;
+    tls1.3) echo "--tls 1.3" ;;
+    tls1.2) echo "--tls 1.2" ;;
+    h2c) echo "--http2" ;;
+    tls1.3+h2) echo "--tls 1.3 --http2" ;;
+    tls1.2+h2) echo "--tls 1.2 --http2" ;;
+    *)
+        echo "unknown wire $1" >&2
+        exit 1
+        ;;
+    esac
 }
 
 # Runs a command, writing its wall time in nanoseconds to WALLFILE; with PRIORITY=1 in a
@@ -222,3 +249,25 @@ for i in "${!files[@]}"; do walls+="${sizes[$i]}: $(calc "${W1[$i]} / ${BYTES[$i
 echo "| time linear in size (-j1 wall per byte, largest within 20% of smallest) | ${walls% } | $(verdict "$perN <= 1.2 * $per0") |"
 echo "| close to 2× from -j1 to -j2 (${sizes[$mid]}, ≥ 1.8×) | $(calc "${W1[$mid]} / ${W2[$mid]}")× | $(verdict "${W1[$mid]} >= 1.8 * ${W2[$mid]}") |"
 echo "| close to 2× from -j1 to -j2 ($SMALL_FILES small files, ≥ 1.8×) | $(calc "$sw1 / $sw2")× | $(verdict "$sw1 >= 1.8 * $sw2") |"
+
+# The same traffic on other wires.
+if [[ -n $WIRES ]]; then
+    echo
+    echo "## Wires ($WIRE_SIZE of the same sessions, each read with its key log)"
+    echo
+    echo "| wire | bytes | -j1 s | -j1 GB/s | -j1 CPU s | -j2 s | -j2 GB/s | -j2 CPU s | -j2 RSS MiB | -j2 / plain |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    plain_w2=""
+    for wire in $WIRES; do
+        f="$OUT/bench-$WIRE_SIZE-$wire.$FORMAT"
+        # shellcheck disable=SC2046 # wire_args gives separate words on purpose
+        capture "$WIRE_SIZE" "$SEED" "$f" --keylog "$f.keys" $(wire_args "$wire")
+        cat "$f" >/dev/null
+        b=$(bytes_of "$f")
+        read -r ww1 _ wc1 < <(median_of "$BIN" -q -j1 --tls-keylog "$f.keys" "$f")
+        read -r ww2 wr2 wc2 < <(median_of "$BIN" -q -j2 --tls-keylog "$f.keys" "$f")
+        [[ $wire == plain ]] && plain_w2=$ww2
+        ratio=$([[ -n $plain_w2 ]] && calc "$ww2 / $plain_w2" || echo -)
+        echo "| $wire | $b | $ww1 | $(gbps "$b" "$ww1") | $wc1 | $ww2 | $(gbps "$b" "$ww2") | $wc2 | $((wr2 / 1024)) | $ratio |"
+    done
+fi

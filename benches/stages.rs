@@ -153,9 +153,10 @@ fn stage() -> Staged {
         format: workload::Format::Pcap,
         seed: 7,
         sessions: None,
+        wire: Default::default(),
     };
     let mut capture = Vec::with_capacity(CAPTURE_BYTES as usize + (1 << 20));
-    if let Err(e) = workload::write_capture(&w, &mut capture, None) {
+    if let Err(e) = workload::write_capture(&w, &mut capture, &mut std::io::sink(), None) {
         panic!("workload: {e}");
     }
     let limits = Limits::default();

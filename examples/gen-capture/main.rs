@@ -1,12 +1,25 @@
 //! Writes a large synthetic capture of interleaved MCP sessions, for benchmarks.
 //!
 //! Usage: `cargo run --release --example gen-capture -- --size 1GiB --format pcap|pcapng
-//! --out FILE [--seed N] [--sessions N] [--expect FILE]`.
+//! --out FILE [--seed N] [--sessions N] [--expect FILE] [--http2] [--tls 1.3|1.2
+//! [--tls-suite aes128|aes256|chacha20] --keylog FILE] [--keylog FILE]`.
 //!
 //! What the capture holds is described in `workload.rs`. `--expect` writes the expected
 //! findings as JSON Lines (the `.expect.jsonl` format of the fixtures, derived from the
 //! scenario definition, not from any analysis); a summary goes to standard error. The same
 //! arguments always give the same bytes.
+//!
+//! The wire, the same traffic otherwise (same sessions, events and expected findings, so
+//! benchmark rows compare like with like):
+//! - `--http2`: every connection speaks HTTP/2, each exchange on a stream of its own; in
+//!   cleartext with prior knowledge (h2c), or with `--tls` by ALPN `h2`.
+//! - `--tls 1.3`: TLS 1.3 with `--tls-suite` (`aes128`: TLS_AES_128_GCM_SHA256, the
+//!   default; `aes256`: TLS_AES_256_GCM_SHA384; `chacha20`: TLS_CHACHA20_POLY1305_SHA256).
+//!   `--tls 1.2`: TLS 1.2 ECDHE-RSA-AES128-GCM-SHA256 (`--tls-suite` does not apply). The
+//!   secrets derive from `--seed`; `--keylog FILE` is required with `--tls` and receives the
+//!   NSS key log lines (`--tls-keylog FILE` of the analyzer reads them).
+//! - `--keylog FILE` alone writes an empty key log (cleartext has no secrets), so scripts can
+//!   pass it on every row.
 
 mod workload;
 
@@ -16,12 +29,28 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
+use mcp_resume_audit_synth::{HttpVersion, TlsSpec, TlsSuite, Wire};
 use workload::{Format, Workload, write_capture};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum FormatArg {
     Pcap,
     Pcapng,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TlsArg {
+    #[value(name = "1.3")]
+    V13,
+    #[value(name = "1.2")]
+    V12,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SuiteArg {
+    Aes128,
+    Aes256,
+    Chacha20,
 }
 
 /// Writes a deterministic synthetic capture of interleaved MCP sessions.
@@ -42,6 +71,18 @@ struct Args {
     /// Also write the expected findings (JSON Lines) to this file.
     #[arg(long)]
     expect: Option<PathBuf>,
+    /// Every connection speaks HTTP/2 (h2c, or ALPN h2 under --tls).
+    #[arg(long)]
+    http2: bool,
+    /// Every connection in TLS of this version; needs --keylog.
+    #[arg(long, value_enum, requires = "keylog")]
+    tls: Option<TlsArg>,
+    /// The TLS 1.3 cipher suite.
+    #[arg(long, value_enum, default_value = "aes128")]
+    tls_suite: SuiteArg,
+    /// Write the TLS secrets here (NSS key log format).
+    #[arg(long)]
+    keylog: Option<PathBuf>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -74,13 +115,39 @@ fn main() -> io::Result<()> {
         },
         seed: args.seed,
         sessions: args.sessions,
+        wire: Wire {
+            http: if args.http2 {
+                HttpVersion::Http2
+            } else {
+                HttpVersion::Http1
+            },
+            tls: args.tls.map(|v| TlsSpec {
+                suite: match (v, args.tls_suite) {
+                    (TlsArg::V12, _) => TlsSuite::Tls12EcdheRsaAes128Gcm,
+                    (TlsArg::V13, SuiteArg::Aes128) => TlsSuite::Tls13Aes128Gcm,
+                    (TlsArg::V13, SuiteArg::Aes256) => TlsSuite::Tls13Aes256Gcm,
+                    (TlsArg::V13, SuiteArg::Chacha20) => TlsSuite::Tls13ChaCha20Poly1305,
+                },
+                seed: args.seed,
+            }),
+        },
     };
     let out = BufWriter::with_capacity(1 << 20, File::create(&args.out)?);
     let mut expect = match &args.expect {
         Some(p) => Some(BufWriter::new(File::create(p)?)),
         None => None,
     };
-    let totals = write_capture(&w, out, expect.as_mut().map(|e| e as &mut dyn Write))?;
+    let mut key_log: Box<dyn Write> = match &args.keylog {
+        Some(p) => Box::new(BufWriter::new(File::create(p)?)),
+        None => Box::new(io::sink()),
+    };
+    let totals = write_capture(
+        &w,
+        out,
+        &mut key_log,
+        expect.as_mut().map(|e| e as &mut dyn Write),
+    )?;
+    key_log.flush()?;
     if let Some(mut e) = expect {
         e.flush()?;
     }

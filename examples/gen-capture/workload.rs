@@ -12,6 +12,14 @@
 //! so frame numbers, `tcp.stream` indices and time run on; every connection has its own
 //! 4-tuple.
 //!
+//! Every connection goes on the workload's [`Wire`]: cleartext HTTP/1.1 by default, or
+//! HTTP/2 and/or TLS; the sessions, their events and the expected findings are the same on
+//! every wire (the random choices are made before, and apart from, the wire), so rows of a
+//! benchmark compare the same traffic. TLS secrets derive from the seed; their key log lines
+//! go to the key log writer as each connection opens. The size asked for is that of the
+//! cleartext HTTP/1.1 capture of the sessions; another wire's capture is as much larger as
+//! its framing and records make it.
+//!
 //! Memory is one batch (at most `BATCH_BYTES` of packets), never the capture: packets stream
 //! to the output as they are made. The same parameters always give the same bytes.
 
@@ -25,7 +33,7 @@ use mcp_resume_audit_synth::{
     BASE_TIME_NS, ByteOrder, Capture, ConnClose, ConnSpec, Endpoint, EventField, EventStream,
     ExchangeKind, Fate, FlowSpec, HeaderCase, Interleave, LineEnd, LinkFraming, PacketWriter,
     PcapFormat, PcapWriter, PcapngWriter, Resume, ResumeResponse, Scenario, SessionSpec, SseEvent,
-    SseStyle, StreamClose, TsResolution, Vlan, write_expectations,
+    SseStyle, StreamClose, TsResolution, Vlan, Wire, write_expectations,
 };
 
 /// Container format of the capture.
@@ -44,6 +52,8 @@ pub struct Workload {
     pub seed: u64,
     /// Sessions open at once (per batch); `None`: 256, fewer for small captures.
     pub sessions: Option<usize>,
+    /// HTTP version and TLS of every connection.
+    pub wire: Wire,
 }
 
 /// Time between consecutive packets.
@@ -319,10 +329,12 @@ pub struct Totals {
     pub verdicts: BTreeMap<&'static str, u64>,
 }
 
-/// Writes the capture to `out` and, when given, the expected findings (JSON Lines) to `expect`.
+/// Writes the capture to `out`, the TLS key log lines to `key_log`, and, when given, the
+/// expected findings (JSON Lines) to `expect`.
 pub fn write_capture<W: Write>(
     w: &Workload,
     out: W,
+    key_log: &mut dyn Write,
     expect: Option<&mut dyn Write>,
 ) -> io::Result<Totals> {
     let written = Rc::new(Cell::new(0));
@@ -330,27 +342,32 @@ pub fn write_capture<W: Write>(
         inner: out,
         bytes: Rc::clone(&written),
     };
-    let framing = LinkFraming::Ethernet {
-        vlan: Vlan::Untagged,
+    // The batches are planned on the size of the cleartext HTTP/1.1 capture of the same
+    // sessions, so every wire carries the same traffic: on another wire, each batch is also
+    // written as cleartext to a counter, and that count drives the plan.
+    let cleartext = Rc::new(Cell::new(0));
+    let shadow = (w.wire != Wire::default()).then(|| Counting {
+        inner: io::sink(),
+        bytes: Rc::clone(&cleartext),
+    });
+    let planned = if shadow.is_some() {
+        &cleartext
+    } else {
+        &written
     };
     let mut totals = match w.format {
         Format::Pcap => {
-            let writer = PcapWriter::new(
-                file,
-                PcapFormat::new(ByteOrder::Little, TsResolution::Micro, framing.link_type()),
-            )?;
-            let mut cap = Capture::new(writer, BASE_TIME_NS, STEP_NS);
-            cap.add_interface(framing, TsResolution::Micro)?;
-            let mut totals = generate(&mut cap, w, &written, expect)?;
+            let mut cap = pcap_capture(file)?;
+            let mut shadow = shadow.map(pcap_capture).transpose()?;
+            let mut totals = generate(&mut cap, shadow.as_mut(), w, planned, key_log, expect)?;
             totals.frames = cap.frames();
             cap.into_writer().into_inner().flush()?;
             totals
         }
         Format::Pcapng => {
-            let writer = PcapngWriter::new(file, ByteOrder::Little)?;
-            let mut cap = Capture::new(writer, BASE_TIME_NS, STEP_NS);
-            cap.add_interface(framing, TsResolution::Micro)?;
-            let mut totals = generate(&mut cap, w, &written, expect)?;
+            let mut cap = pcapng_capture(file)?;
+            let mut shadow = shadow.map(pcapng_capture).transpose()?;
+            let mut totals = generate(&mut cap, shadow.as_mut(), w, planned, key_log, expect)?;
             totals.frames = cap.frames();
             cap.into_writer().into_inner().flush()?;
             totals
@@ -360,17 +377,39 @@ pub fn write_capture<W: Write>(
     Ok(totals)
 }
 
-fn generate<W: PacketWriter>(
+const FRAMING: LinkFraming = LinkFraming::Ethernet {
+    vlan: Vlan::Untagged,
+};
+
+fn pcap_capture<W: Write>(out: W) -> io::Result<Capture<PcapWriter<W>>> {
+    let format = PcapFormat::new(ByteOrder::Little, TsResolution::Micro, FRAMING.link_type());
+    let mut cap = Capture::new(PcapWriter::new(out, format)?, BASE_TIME_NS, STEP_NS);
+    cap.add_interface(FRAMING, TsResolution::Micro)?;
+    Ok(cap)
+}
+
+fn pcapng_capture<W: Write>(out: W) -> io::Result<Capture<PcapngWriter<W>>> {
+    let writer = PcapngWriter::new(out, ByteOrder::Little)?;
+    let mut cap = Capture::new(writer, BASE_TIME_NS, STEP_NS);
+    cap.add_interface(FRAMING, TsResolution::Micro)?;
+    Ok(cap)
+}
+
+/// Writes batches to `cap` until `planned` (the bytes of `cap`, or of `shadow`, the
+/// cleartext capture of the same sessions, when there is one) reaches the workload's size.
+fn generate<W: PacketWriter, S: PacketWriter>(
     cap: &mut Capture<W>,
+    mut shadow: Option<&mut Capture<S>>,
     w: &Workload,
-    written: &Cell<u64>,
+    planned: &Cell<u64>,
+    key_log: &mut dyn Write,
     mut expect: Option<&mut dyn Write>,
 ) -> io::Result<Totals> {
     let mut rng = Rng(w.seed ^ 0x6d63_702d_6175_6469);
     let mut totals = Totals::default();
     let mut event_bytes = FIRST_GUESS_EVENT_BYTES;
-    while written.get() < w.size {
-        let before = written.get();
+    while planned.get() < w.size {
+        let before = planned.get();
         let budget = (w.size - before).min(BATCH_BYTES);
         // Small captures get fewer sessions, so their streams stay long.
         let sessions = w
@@ -380,15 +419,26 @@ fn generate<W: PacketWriter>(
         // About 2.5 streams per session.
         let mean_events =
             ((budget as f64 / event_bytes / sessions as f64 / 2.5) as u64).clamp(4, 20_000);
-        let mut scenario = Scenario::new();
+        let mut specs = Vec::with_capacity(sessions);
         let mut events = 0;
         for _ in 0..sessions {
             let (spec, n) = session(&mut rng, totals.sessions, mean_events);
-            scenario.add_session(&spec)?;
+            specs.push(spec);
             totals.sessions += 1;
             events += n;
         }
-        let expected = scenario.run(cap, Interleave::RoundRobin)?;
+        if let Some(shadow) = shadow.as_mut() {
+            let mut scenario = Scenario::new();
+            for spec in &specs {
+                scenario.add_session(spec)?;
+            }
+            scenario.run(shadow, Interleave::RoundRobin)?;
+        }
+        let mut scenario = Scenario::new();
+        for spec in specs {
+            scenario.add_session(&spec.wire(w.wire))?;
+        }
+        let expected = scenario.run_with_key_log(cap, Interleave::RoundRobin, key_log)?;
         drop(scenario);
         totals.batches += 1;
         totals.events += events;
@@ -399,7 +449,7 @@ fn generate<W: PacketWriter>(
         if let Some(out) = expect.as_mut() {
             write_expectations(out, &expected)?;
         }
-        let got = written.get() - before;
+        let got = planned.get() - before;
         if events > 0 {
             event_bytes = (got as f64 / events as f64).max(64.0);
         }

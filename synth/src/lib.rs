@@ -2,10 +2,18 @@
 //!
 //! Input: either direct calls on the TCP flow simulator ([`TcpFlow`] over a [`Capture`]), or
 //! a [`Scenario`] of MCP sessions ([`SessionSpec`]: `initialize`, notifications, and resume
-//! GETs carrying `Last-Event-ID`, each over chosen simulated connections).
+//! GETs carrying `Last-Event-ID`, each over chosen simulated connections, each connection on
+//! a [`Wire`]: HTTP/1.1 or HTTP/2, in cleartext or in TLS 1.3 / TLS 1.2).
 //! Output: legacy pcap or pcapng bytes streamed to any `std::io::Write` ([`PcapWriter`],
-//! [`PcapngWriter`]), and one [`ExpectedResume`] per resume request, derived from the scenario
-//! definition by the verdict rules alone (see [`expected_outcome`]), never by analysis.
+//! [`PcapngWriter`]), the NSS key log lines of TLS connections
+//! ([`Scenario::run_with_key_log`]), and one [`ExpectedResume`] per resume request, derived
+//! from the scenario definition by the verdict rules alone (see [`expected_outcome`]), never
+//! by analysis: the same for every wire.
+//!
+//! A scenario holds HTTP messages, not bytes: each is rendered for its connection's wire as
+//! the capture is written ([`h2`] frames it for HTTP/2, [`tls`] seals it in records), so the
+//! same scenario gives the same traffic on every wire and cleartext HTTP/1.1 is byte for byte
+//! what it always was.
 //! Invariants: the bytes depend only on the inputs (no clock, no randomness, no hash-map
 //! order), so the same scenario always gives the same file; a packet is written as soon as it
 //! is made, so memory grows with open connections and scenario size, never with capture size;
@@ -15,7 +23,11 @@ use std::cmp::Ordering;
 use std::io::{self, Write};
 use std::net::IpAddr;
 
+pub mod h2;
 pub mod malformed;
+pub mod tls;
+
+pub use tls::{TlsParams, TlsSession, TlsSuite};
 
 /// 2026-11-09T10:00:00Z in nanoseconds since the Unix epoch: where synthetic time starts.
 pub const BASE_TIME_NS: u64 = 1_794_218_400 * NS_PER_SEC;
@@ -1058,10 +1070,23 @@ impl TcpFlow {
         bytes: &[u8],
         fate: Fate,
     ) -> io::Result<WatchId> {
+        self.send_watched_at(cap, from, bytes, fate, 0)
+    }
+
+    /// Like [`TcpFlow::send`], and remembers which frame first carries byte `at` of `bytes`
+    /// (the end of a TLS record, say, where a reader can first read what it holds).
+    pub fn send_watched_at<W: PacketWriter>(
+        &mut self,
+        cap: &mut Capture<W>,
+        from: Side,
+        bytes: &[u8],
+        fate: Fate,
+        at: usize,
+    ) -> io::Result<WatchId> {
         let id = WatchId(self.watches.len());
         self.watches.push(Watch {
             side: from,
-            offset: self.sent[from.index()],
+            offset: self.sent[from.index()].saturating_add(at as u64),
             hit: None,
         });
         self.send(cap, from, bytes, fate)?;
@@ -1668,12 +1693,38 @@ pub enum ConnClose {
     LeaveOpen,
 }
 
+/// The HTTP version a connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum HttpVersion {
+    #[default]
+    Http1,
+    /// HTTP/2: with prior knowledge in cleartext (h2c), or by ALPN `h2` under TLS. Each
+    /// exchange of the connection is a stream of its own (1, 3, 5, ...).
+    Http2,
+}
+
+/// TLS around a connection: the suite, and the seed its randoms and secrets derive from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TlsSpec {
+    pub suite: TlsSuite,
+    pub seed: u64,
+}
+
+/// How a connection's exchanges go on the wire. The default is cleartext HTTP/1.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct Wire {
+    pub http: HttpVersion,
+    pub tls: Option<TlsSpec>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnSpec {
     pub flow: FlowSpec,
-    /// `false`: the capture starts mid-connection (no handshake appears).
+    /// `false`: the capture starts mid-connection (no handshake appears: neither TCP's nor
+    /// TLS's nor HTTP/2's prefaces, which happened before it began).
     pub handshake: bool,
     pub close: ConnClose,
+    pub wire: Wire,
 }
 
 impl ConnSpec {
@@ -1682,6 +1733,7 @@ impl ConnSpec {
             flow,
             handshake: true,
             close: ConnClose::ClientFin,
+            wire: Wire::default(),
         }
     }
 }
@@ -1728,6 +1780,14 @@ impl SessionSpec {
         }
     }
 
+    /// Puts every connection of the session on this wire.
+    pub fn wire(mut self, wire: Wire) -> Self {
+        for c in &mut self.connections {
+            c.wire = wire;
+        }
+        self
+    }
+
     pub fn exchange(mut self, conn: usize, kind: ExchangeKind) -> Self {
         self.exchanges.push(Exchange { conn, kind });
         self
@@ -1753,11 +1813,15 @@ enum Step {
     Open {
         conn: usize,
         handshake: bool,
+        /// TLS `server_name`: the session's host, unless it is an address.
+        sni: Option<String>,
     },
     Send {
         conn: usize,
         from: Side,
-        bytes: Vec<u8>,
+        msg: Msg,
+        /// The exchange is the connection's `stream`-th (HTTP/2 stream `2 * stream + 1`).
+        stream: u32,
         fate: Fate,
         /// Index of the resume whose request this is.
         resume: Option<usize>,
@@ -1889,6 +1953,148 @@ enum ConnState {
     Ended,
 }
 
+/// One HTTP message, or a piece of a chunked body, as the scenario defines it; rendered as
+/// HTTP/1.1 or HTTP/2 bytes (and sealed in TLS records) only when the capture is written.
+#[derive(Clone, Debug)]
+enum Msg {
+    /// A request: `Host` first among the headers (HTTP/2 makes it `:authority`).
+    Request {
+        method: &'static str,
+        path: String,
+        case: HeaderCase,
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    },
+    /// A response head, and its whole body unless the headers say `Transfer-Encoding:
+    /// chunked` (then [`Msg::Chunk`]s and a [`Msg::LastChunk`] follow).
+    Response {
+        status: u16,
+        case: HeaderCase,
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    },
+    /// One chunk of a chunked body (HTTP/2: one DATA frame, or more past 16 KiB).
+    Chunk(Vec<u8>),
+    /// The end of a chunked body, after a last chunk of these bytes when there are any.
+    LastChunk(Vec<u8>),
+}
+
+/// Headers that name HTTP/1.1 connection handling: not sent in HTTP/2 (RFC 9113 §8.2.2).
+fn is_connection_specific(name: &str) -> bool {
+    name.eq_ignore_ascii_case("connection")
+        || name.eq_ignore_ascii_case("transfer-encoding")
+        || name.eq_ignore_ascii_case("keep-alive")
+}
+
+impl Msg {
+    fn chunked(headers: &[(&'static str, String)]) -> bool {
+        headers
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v == "chunked")
+    }
+
+    /// Appends the message as HTTP/1.1 bytes.
+    fn render_http1(&self, out: &mut Vec<u8>) {
+        match self {
+            Msg::Request {
+                method,
+                path,
+                case,
+                headers,
+                body,
+            } => {
+                let mut h = Head::new(&format!("{method} {path} HTTP/1.1"), *case);
+                for (n, v) in headers {
+                    h.header(n, v);
+                }
+                out.extend_from_slice(&h.finish());
+                out.extend_from_slice(body);
+            }
+            Msg::Response {
+                status,
+                case,
+                headers,
+                body,
+            } => {
+                let mut h = Head::new(
+                    &format!("HTTP/1.1 {status} {}", reason_phrase(*status)),
+                    *case,
+                );
+                for (n, v) in headers {
+                    h.header(n, v);
+                }
+                out.extend_from_slice(&h.finish());
+                out.extend_from_slice(body);
+            }
+            Msg::Chunk(body) => out.extend_from_slice(&chunk(body)),
+            Msg::LastChunk(tail) => {
+                if !tail.is_empty() {
+                    out.extend_from_slice(&chunk(tail));
+                }
+                out.extend_from_slice(TERMINAL_CHUNK);
+            }
+        }
+    }
+
+    /// Appends the message as HTTP/2 frames on `stream`.
+    fn render_http2(&self, stream: u32, scheme: &str, out: &mut Vec<u8>) {
+        let lower = |headers: &[(&'static str, String)], skip_host: bool| {
+            headers
+                .iter()
+                .filter(|(n, _)| !is_connection_specific(n))
+                .filter(|(n, _)| !(skip_host && n.eq_ignore_ascii_case("host")))
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+                .collect::<Vec<_>>()
+        };
+        match self {
+            Msg::Request {
+                method,
+                path,
+                headers,
+                body,
+                ..
+            } => {
+                let authority = headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+                    .map(|(_, v)| v.as_str())
+                    .unwrap_or("localhost");
+                let rest = lower(headers, true);
+                let mut fields: Vec<(&str, &str)> = vec![
+                    (":method", method),
+                    (":scheme", scheme),
+                    (":authority", authority),
+                    (":path", path),
+                ];
+                fields.extend(rest.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+                h2::headers(out, stream, &fields, body.is_empty());
+                if !body.is_empty() {
+                    h2::data(out, stream, body, true);
+                }
+            }
+            Msg::Response {
+                status,
+                headers,
+                body,
+                ..
+            } => {
+                let chunked = Msg::chunked(headers);
+                let status = status.to_string();
+                let rest = lower(headers, false);
+                let mut fields: Vec<(&str, &str)> = vec![(":status", &status)];
+                fields.extend(rest.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+                let end = !chunked && body.is_empty();
+                h2::headers(out, stream, &fields, end);
+                if !body.is_empty() {
+                    h2::data(out, stream, body, !chunked);
+                }
+            }
+            Msg::Chunk(body) => h2::data(out, stream, body, false),
+            Msg::LastChunk(tail) => h2::data(out, stream, tail, true),
+        }
+    }
+}
+
 /// Builds the steps of one session.
 struct SessionScript<'a> {
     spec: &'a SessionSpec,
@@ -1896,57 +2102,75 @@ struct SessionScript<'a> {
     steps: Vec<Step>,
     token: String,
     progress: u32,
+    /// The exchange being written is the connection's `stream`-th (0-based).
+    stream: u32,
 }
 
 impl SessionScript<'_> {
-    fn send(&mut self, conn: usize, from: Side, bytes: Vec<u8>, fate: Fate) {
+    fn send(&mut self, conn: usize, from: Side, msg: Msg, fate: Fate) {
         self.steps.push(Step::Send {
             conn: self.base + conn,
             from,
-            bytes,
+            msg,
+            stream: self.stream,
             fate,
             resume: None,
         });
     }
 
-    fn request_head(&self, method: &str) -> Head {
-        let mut h = Head::new(
-            &format!("{method} {} HTTP/1.1", self.spec.path),
-            self.spec.header_case,
-        );
-        h.header("Host", &self.spec.host);
-        h
+    fn request(&self, method: &'static str, mut headers: Vec<(&'static str, String)>) -> Msg {
+        headers.insert(0, ("Host", self.spec.host.clone()));
+        Msg::Request {
+            method,
+            path: self.spec.path.clone(),
+            case: self.spec.header_case,
+            headers,
+            body: Vec::new(),
+        }
     }
 
-    fn post(&self, body: &str, with_session: bool) -> Vec<u8> {
-        let mut h = self.request_head("POST");
-        h.header("Accept", "application/json, text/event-stream");
-        h.header("Content-Type", "application/json");
+    fn response(&self, status: u16, headers: Vec<(&'static str, String)>, body: &str) -> Msg {
+        Msg::Response {
+            status,
+            case: self.spec.header_case,
+            headers,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn post(&self, body: &str, with_session: bool) -> Msg {
+        let mut h = vec![
+            ("Accept", "application/json, text/event-stream".to_string()),
+            ("Content-Type", "application/json".to_string()),
+        ];
         if with_session {
             if let Some(sid) = &self.spec.session_id {
-                h.header("Mcp-Session-Id", sid);
+                h.push(("Mcp-Session-Id", sid.clone()));
             }
-            h.header("MCP-Protocol-Version", PROTOCOL_VERSION);
+            h.push(("MCP-Protocol-Version", PROTOCOL_VERSION.to_string()));
         }
-        h.header("Content-Length", &body.len().to_string());
-        let mut out = h.finish();
-        out.extend_from_slice(body.as_bytes());
-        out
+        h.push(("Content-Length", body.len().to_string()));
+        let mut msg = self.request("POST", h);
+        if let Msg::Request { body: b, .. } = &mut msg {
+            b.extend_from_slice(body.as_bytes());
+        }
+        msg
     }
 
-    fn stream_head(&self, gzip: bool) -> Vec<u8> {
-        let mut h = Head::new("HTTP/1.1 200 OK", self.spec.header_case);
-        h.header("Cache-Control", "no-cache, no-transform");
-        h.header("Connection", "keep-alive");
-        h.header("Content-Type", "text/event-stream");
+    fn stream_head(&self, gzip: bool) -> Msg {
+        let mut h = vec![
+            ("Cache-Control", "no-cache, no-transform".to_string()),
+            ("Connection", "keep-alive".to_string()),
+            ("Content-Type", "text/event-stream".to_string()),
+        ];
         if let Some(sid) = &self.spec.session_id {
-            h.header("Mcp-Session-Id", sid);
+            h.push(("Mcp-Session-Id", sid.clone()));
         }
         if gzip {
-            h.header("Content-Encoding", "gzip");
+            h.push(("Content-Encoding", "gzip".to_string()));
         }
-        h.header("Transfer-Encoding", "chunked");
-        h.finish()
+        h.push(("Transfer-Encoding", "chunked".to_string()));
+        self.response(200, h, "")
     }
 
     fn initialize(&mut self, conn: usize, priming_id: Option<&str>, result_id: Option<&str>) {
@@ -1962,15 +2186,20 @@ impl SessionScript<'_> {
         if let Some(id) = priming_id {
             let mut ev = Vec::new();
             put_sse_event(&mut ev, style, Some(id), None);
-            self.send(conn, Side::Server, chunk(&ev), Fate::Deliver);
+            self.send(conn, Side::Server, Msg::Chunk(ev), Fate::Deliver);
         }
         let result = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{{\"protocolVersion\":\"{PROTOCOL_VERSION}\",\"capabilities\":{{\"tools\":{{\"listChanged\":true}}}},\"serverInfo\":{{\"name\":\"synth-server\",\"version\":\"1.0.0\"}}}}}}"
         );
         let mut ev = Vec::new();
         put_sse_event(&mut ev, style, result_id, Some(&result));
-        self.send(conn, Side::Server, chunk(&ev), Fate::Deliver);
-        self.send(conn, Side::Server, TERMINAL_CHUNK.to_vec(), Fate::Deliver);
+        self.send(conn, Side::Server, Msg::Chunk(ev), Fate::Deliver);
+        self.send(
+            conn,
+            Side::Server,
+            Msg::LastChunk(Vec::new()),
+            Fate::Deliver,
+        );
     }
 
     fn notification(&mut self, conn: usize) {
@@ -1980,39 +2209,39 @@ impl SessionScript<'_> {
         );
         self.send(conn, Side::Client, req, Fate::Deliver);
         self.steps.push(Step::Pause(SERVER_THINK_NS));
-        let mut h = Head::new("HTTP/1.1 202 Accepted", self.spec.header_case);
-        h.header("Content-Length", "0");
-        self.send(conn, Side::Server, h.finish(), Fate::Deliver);
+        let answer = self.response(202, vec![("Content-Length", "0".to_string())], "");
+        self.send(conn, Side::Server, answer, Fate::Deliver);
     }
 
     fn terminate(&mut self, conn: usize) {
-        let mut h = self.request_head("DELETE");
+        let mut h = Vec::new();
         if let Some(sid) = &self.spec.session_id {
-            h.header("Mcp-Session-Id", sid);
+            h.push(("Mcp-Session-Id", sid.clone()));
         }
-        h.header("MCP-Protocol-Version", PROTOCOL_VERSION);
-        self.send(conn, Side::Client, h.finish(), Fate::Deliver);
+        h.push(("MCP-Protocol-Version", PROTOCOL_VERSION.to_string()));
+        let req = self.request("DELETE", h);
+        self.send(conn, Side::Client, req, Fate::Deliver);
         self.steps.push(Step::Pause(SERVER_THINK_NS));
-        let mut h = Head::new("HTTP/1.1 200 OK", self.spec.header_case);
-        h.header("Content-Length", "0");
-        self.send(conn, Side::Server, h.finish(), Fate::Deliver);
+        let answer = self.response(200, vec![("Content-Length", "0".to_string())], "");
+        self.send(conn, Side::Server, answer, Fate::Deliver);
     }
 
     /// Returns whether the connection is still usable afterwards.
     fn resume(&mut self, conn: usize, r: &Resume, resume_index: usize) -> bool {
-        let mut h = self.request_head("GET");
-        h.header("Accept", "text/event-stream");
+        let mut h = vec![("Accept", "text/event-stream".to_string())];
         if r.send_session_id
             && let Some(sid) = &self.spec.session_id
         {
-            h.header("Mcp-Session-Id", sid);
+            h.push(("Mcp-Session-Id", sid.clone()));
         }
-        h.header("MCP-Protocol-Version", PROTOCOL_VERSION);
-        h.header("Last-Event-ID", &r.last_event_id);
+        h.push(("MCP-Protocol-Version", PROTOCOL_VERSION.to_string()));
+        h.push(("Last-Event-ID", r.last_event_id.clone()));
+        let msg = self.request("GET", h);
         self.steps.push(Step::Send {
             conn: self.base + conn,
             from: Side::Client,
-            bytes: h.finish(),
+            msg,
+            stream: self.stream,
             fate: r.request_fate,
             resume: Some(resume_index),
         });
@@ -2031,18 +2260,14 @@ impl SessionScript<'_> {
                         "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"Bad Request: unknown Last-Event-ID\"}}"
                     }
                 };
-                let mut h = Head::new(
-                    &format!("HTTP/1.1 {status} {}", reason_phrase(*status)),
-                    self.spec.header_case,
-                );
+                let mut h = Vec::new();
                 if *status == 405 {
-                    h.header("Allow", "POST, DELETE");
+                    h.push(("Allow", "POST, DELETE".to_string()));
                 }
-                h.header("Content-Type", "application/json");
-                h.header("Content-Length", &body.len().to_string());
-                let mut out = h.finish();
-                out.extend_from_slice(body.as_bytes());
-                self.send(conn, Side::Server, out, Fate::Deliver);
+                h.push(("Content-Type", "application/json".to_string()));
+                h.push(("Content-Length", body.len().to_string()));
+                let answer = self.response(*status, h, body);
+                self.send(conn, Side::Server, answer, Fate::Deliver);
                 true
             }
             ResumeResponse::Stream(s) => {
@@ -2080,19 +2305,16 @@ impl SessionScript<'_> {
                         }
                         None => text.clone(),
                     };
-                    self.send(conn, Side::Server, chunk(&body), ev.fate);
+                    self.send(conn, Side::Server, Msg::Chunk(body), ev.fate);
                 }
                 self.steps.push(Step::Pause(EVENT_GAP_NS));
                 match s.close {
                     StreamClose::TerminalChunk => {
                         let mut tail = Vec::new();
                         if let Some(g) = &mut gz {
-                            let mut packed = Vec::new();
-                            g.finish(&mut packed);
-                            tail = chunk(&packed);
+                            g.finish(&mut tail);
                         }
-                        tail.extend_from_slice(TERMINAL_CHUNK);
-                        self.send(conn, Side::Server, tail, Fate::Deliver);
+                        self.send(conn, Side::Server, Msg::LastChunk(tail), Fate::Deliver);
                         true
                     }
                     StreamClose::ServerFin => {
@@ -2160,7 +2382,18 @@ impl Scenario {
             steps: Vec::new(),
             token: format!("progress-{}", self.progress_tokens),
             progress: 0,
+            stream: 0,
         };
+        // `server_name` carries a host name, never an address (RFC 6066 §3).
+        let host = spec
+            .host
+            .rsplit_once(':')
+            .map_or(spec.host.as_str(), |h| h.0);
+        let sni = (!host.is_empty()
+            && !host.starts_with('[')
+            && host.parse::<std::net::IpAddr>().is_err())
+        .then(|| host.to_string());
+        let mut streams = vec![0u32; n];
         let mut state = vec![ConnState::Unopened; n];
         let mut pending = Vec::new();
         for (k, ex) in spec.exchanges.iter().enumerate() {
@@ -2174,6 +2407,7 @@ impl Scenario {
                     script.steps.push(Step::Open {
                         conn: global,
                         handshake: spec.connections[conn].handshake,
+                        sni: sni.clone(),
                     });
                     state[conn] = ConnState::Open;
                 }
@@ -2186,6 +2420,8 @@ impl Scenario {
                     return Err(invalid("exchange on a connection that has already ended"));
                 }
             }
+            script.stream = streams[conn];
+            streams[conn] += 1;
             let still_open = match &ex.kind {
                 ExchangeKind::Initialize {
                     priming_id,
@@ -2257,23 +2493,44 @@ impl Scenario {
 
     /// Writes every session's packets to `cap` and returns the expected findings, ordered by
     /// request time, then frame. Segments still held back for reordering are written last, as
-    /// the capture ends.
+    /// the capture ends. The key log lines of TLS connections are discarded (see
+    /// [`Scenario::run_with_key_log`]).
     pub fn run<W: PacketWriter>(
         &self,
         cap: &mut Capture<W>,
         interleave: Interleave,
     ) -> io::Result<Vec<ExpectedResume>> {
-        let mut flows = self
+        self.run_with_key_log(cap, interleave, &mut io::sink())
+    }
+
+    /// [`Scenario::run`], writing the NSS key log lines of every TLS connection to `key_log`
+    /// as the connection opens.
+    pub fn run_with_key_log<W: PacketWriter>(
+        &self,
+        cap: &mut Capture<W>,
+        interleave: Interleave,
+        key_log: &mut dyn Write,
+    ) -> io::Result<Vec<ExpectedResume>> {
+        let flows = self
             .conns
             .iter()
             .map(|c| TcpFlow::new(c.flow.clone()))
             .collect::<io::Result<Vec<_>>>()?;
-        let mut watches: Vec<Option<WatchId>> = vec![None; self.resumes.len()];
+        let mut run = Runner {
+            conns: &self.conns,
+            flows,
+            sessions: (0..self.conns.len()).map(|_| None).collect(),
+            watches: vec![None; self.resumes.len()],
+            key_log,
+            opened: 0,
+            plain: Vec::with_capacity(4096),
+            sealed: Vec::with_capacity(4096),
+        };
         match interleave {
             Interleave::Sequential => {
                 for script in &self.scripts {
                     for step in script {
-                        exec_step(step, cap, &mut flows, &mut watches)?;
+                        run.step(step, cap)?;
                     }
                 }
             }
@@ -2283,7 +2540,7 @@ impl Scenario {
                     let mut any = false;
                     for script in &self.scripts {
                         if let Some(step) = script.get(k) {
-                            exec_step(step, cap, &mut flows, &mut watches)?;
+                            run.step(step, cap)?;
                             any = true;
                         }
                     }
@@ -2294,6 +2551,9 @@ impl Scenario {
                 }
             }
         }
+        let Runner {
+            mut flows, watches, ..
+        } = run;
         for f in &mut flows {
             f.flush_held(cap)?;
         }
@@ -2323,45 +2583,166 @@ impl Scenario {
     }
 }
 
-fn exec_step<W: PacketWriter>(
-    step: &Step,
-    cap: &mut Capture<W>,
-    flows: &mut [TcpFlow],
-    watches: &mut [Option<WatchId>],
-) -> io::Result<()> {
-    match step {
-        Step::Open { conn, handshake } => {
-            let f = get_flow(flows, *conn)?;
-            if *handshake {
-                f.handshake(cap)
-            } else {
-                f.assume_established()
-            }
-        }
-        Step::Send {
-            conn,
-            from,
-            bytes,
-            fate,
-            resume,
-        } => {
-            let f = get_flow(flows, *conn)?;
-            match resume {
-                Some(i) => {
-                    let w = f.send_watched(cap, *from, bytes, *fate)?;
-                    if let Some(slot) = watches.get_mut(*i) {
-                        *slot = Some(w);
+/// The state of one [`Scenario::run`]: the TCP flows, the TLS sessions of the connections
+/// open so far, and the buffers messages are rendered and sealed in.
+struct Runner<'a> {
+    conns: &'a [ConnSpec],
+    flows: Vec<TcpFlow>,
+    /// The TLS session of each connection opened with TLS.
+    sessions: Vec<Option<TlsSession>>,
+    watches: Vec<Option<WatchId>>,
+    key_log: &'a mut dyn Write,
+    /// Connections opened so far in this run (part of each TLS connection's identity).
+    opened: u64,
+    plain: Vec<u8>,
+    sealed: Vec<u8>,
+}
+
+impl Runner<'_> {
+    fn step<W: PacketWriter>(&mut self, step: &Step, cap: &mut Capture<W>) -> io::Result<()> {
+        match step {
+            Step::Open {
+                conn,
+                handshake,
+                sni,
+            } => self.open(cap, *conn, *handshake, sni.as_deref()),
+            Step::Send {
+                conn,
+                from,
+                msg,
+                stream,
+                fate,
+                resume,
+            } => {
+                let wire = self.wire(*conn)?;
+                self.plain.clear();
+                match wire.http {
+                    HttpVersion::Http1 => msg.render_http1(&mut self.plain),
+                    HttpVersion::Http2 => {
+                        let scheme = if wire.tls.is_some() { "https" } else { "http" };
+                        msg.render_http2(h2::client_stream_id(*stream), scheme, &mut self.plain);
                     }
-                    Ok(())
                 }
-                None => f.send(cap, *from, bytes, *fate),
+                let bytes = std::mem::take(&mut self.plain);
+                let result = self.send(cap, *conn, *from, &bytes, *fate, *resume);
+                self.plain = bytes;
+                result
+            }
+            Step::Close { conn, by } => get_flow(&mut self.flows, *conn)?.close(cap, *by),
+            Step::Reset { conn, by } => get_flow(&mut self.flows, *conn)?.reset(cap, *by),
+            Step::Pause(ns) => {
+                cap.advance(*ns);
+                Ok(())
             }
         }
-        Step::Close { conn, by } => get_flow(flows, *conn)?.close(cap, *by),
-        Step::Reset { conn, by } => get_flow(flows, *conn)?.reset(cap, *by),
-        Step::Pause(ns) => {
-            cap.advance(*ns);
-            Ok(())
+    }
+
+    fn wire(&self, conn: usize) -> io::Result<Wire> {
+        self.conns
+            .get(conn)
+            .map(|c| c.wire)
+            .ok_or_else(|| invalid("step on an unknown connection"))
+    }
+
+    /// Opens the connection: TCP's handshake, then TLS's flights and HTTP/2's prefaces, all
+    /// of which only a connection captured from its start shows.
+    fn open<W: PacketWriter>(
+        &mut self,
+        cap: &mut Capture<W>,
+        conn: usize,
+        handshake: bool,
+        sni: Option<&str>,
+    ) -> io::Result<()> {
+        let wire = self.wire(conn)?;
+        let frames_before = cap.frames();
+        let f = get_flow(&mut self.flows, conn)?;
+        if handshake {
+            f.handshake(cap)?;
+        } else {
+            f.assume_established()?;
+        }
+        self.opened += 1;
+        if let Some(tls) = wire.tls {
+            let spec = f.spec();
+            let mut identity = Vec::with_capacity(64);
+            for e in [spec.client, spec.server] {
+                match e.addr {
+                    IpAddr::V4(a) => identity.extend_from_slice(&a.octets()),
+                    IpAddr::V6(a) => identity.extend_from_slice(&a.octets()),
+                }
+                identity.extend_from_slice(&e.port.to_be_bytes());
+            }
+            identity.extend_from_slice(&spec.client_isn.to_be_bytes());
+            identity.extend_from_slice(&spec.server_isn.to_be_bytes());
+            identity.extend_from_slice(&frames_before.to_be_bytes());
+            identity.extend_from_slice(&self.opened.to_be_bytes());
+            let session = TlsSession::new(&TlsParams {
+                suite: tls.suite,
+                seed: tls.seed,
+                connection: identity,
+                alpn: match wire.http {
+                    HttpVersion::Http1 => "http/1.1",
+                    HttpVersion::Http2 => "h2",
+                }
+                .to_string(),
+                sni: sni.map(str::to_string),
+            });
+            session.write_key_log(self.key_log)?;
+            if handshake {
+                for (side, bytes) in session.handshake() {
+                    f.send(cap, *side, bytes, Fate::Deliver)?;
+                }
+            }
+            self.sessions[conn] = Some(session);
+        }
+        if wire.http == HttpVersion::Http2 && handshake {
+            let mut out = Vec::with_capacity(128);
+            h2::client_preface(&mut out);
+            self.send(cap, conn, Side::Client, &out, Fate::Deliver, None)?;
+            out.clear();
+            h2::server_preface(&mut out);
+            self.send(cap, conn, Side::Server, &out, Fate::Deliver, None)?;
+            out.clear();
+            h2::settings_ack(&mut out);
+            self.send(cap, conn, Side::Client, &out, Fate::Deliver, None)?;
+        }
+        Ok(())
+    }
+
+    /// Sends plaintext `bytes` on the connection, sealed in TLS records when it has TLS.
+    fn send<W: PacketWriter>(
+        &mut self,
+        cap: &mut Capture<W>,
+        conn: usize,
+        from: Side,
+        bytes: &[u8],
+        fate: Fate,
+        resume: Option<usize>,
+    ) -> io::Result<()> {
+        // Where a reader can first read the message: its first byte in the clear; under TLS,
+        // the last byte of the first record, which is when that record can be opened.
+        let mut readable_at = 0;
+        let wire_bytes: &[u8] = match self.sessions.get_mut(conn).and_then(Option::as_mut) {
+            Some(session) => {
+                self.sealed.clear();
+                session.seal(from, bytes, &mut self.sealed);
+                if let Some(len) = self.sealed.get(3..5) {
+                    readable_at = 5 + usize::from(u16::from_be_bytes([len[0], len[1]])) - 1;
+                }
+                &self.sealed
+            }
+            None => bytes,
+        };
+        let f = get_flow(&mut self.flows, conn)?;
+        match resume {
+            Some(i) => {
+                let w = f.send_watched_at(cap, from, wire_bytes, fate, readable_at)?;
+                if let Some(slot) = self.watches.get_mut(i) {
+                    *slot = Some(w);
+                }
+                Ok(())
+            }
+            None => f.send(cap, from, wire_bytes, fate),
         }
     }
 }
@@ -3559,6 +3940,204 @@ mod tests {
         let mut s = Scenario::new();
         s.add_session(&base()).unwrap();
         assert_eq!(s.resume_count(), 1);
+    }
+
+    /// The sample sessions whose every byte reaches the capture, on one wire.
+    fn sample_on_wire(wire: Wire) -> (Vec<u8>, Vec<ExpectedResume>, String) {
+        let framing = LinkFraming::Ethernet {
+            vlan: Vlan::Untagged,
+        };
+        let format = PcapFormat::new(ByteOrder::Big, TsResolution::Micro, framing.link_type());
+        let mut cap = Capture::new(
+            PcapWriter::new(Vec::new(), format).unwrap(),
+            BASE_TIME_NS,
+            1_000,
+        );
+        let iface = cap.add_interface(framing, TsResolution::Micro).unwrap();
+        let mut scenario = Scenario::new();
+        for s in sample_sessions(iface) {
+            let lossy = s.exchanges.iter().any(|e| match &e.kind {
+                ExchangeKind::Resume(r) => match &r.response {
+                    ResumeResponse::Stream(st) => st.events.iter().any(|ev| ev.fate == Fate::Drop),
+                    _ => false,
+                },
+                _ => false,
+            });
+            if !lossy {
+                scenario.add_session(&s.wire(wire)).unwrap();
+            }
+        }
+        let mut keys = Vec::new();
+        let expected = scenario
+            .run_with_key_log(&mut cap, Interleave::RoundRobin, &mut keys)
+            .unwrap();
+        (
+            cap.into_writer().into_inner(),
+            expected,
+            String::from_utf8(keys).unwrap(),
+        )
+    }
+
+    /// Every direction of every connection of a capture, whole: (stream, client side) → bytes.
+    fn all_directions(bytes: &[u8]) -> Vec<((u64, bool), Vec<u8>)> {
+        let read = read_capture(bytes);
+        let segs = decode_all(&read);
+        let idx = stream_indices(&segs);
+        let mut out = Vec::new();
+        let streams = idx.iter().copied().max().map_or(0, |m| m + 1);
+        for stream in 0..streams {
+            let Some(first) = segs.iter().zip(&idx).find(|(_, i)| **i == stream) else {
+                continue;
+            };
+            // The first packet of a connection is the client's SYN.
+            for (client, from) in [(true, first.0.src), (false, first.0.dst)] {
+                let dir = direction_bytes(&segs, &idx, stream, from);
+                let whole: Option<Vec<u8>> = dir.into_iter().collect();
+                out.push(((stream, client), whole.expect("no byte missing")));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tls13_records_carry_the_cleartext_bytes_and_the_same_expectations() {
+        let (plain, plain_expected, no_keys) = sample_on_wire(Wire::default());
+        assert!(no_keys.is_empty());
+        let suite = TlsSuite::Tls13ChaCha20Poly1305;
+        let wire = Wire {
+            http: HttpVersion::Http1,
+            tls: Some(TlsSpec { suite, seed: 3 }),
+        };
+        let (sealed, sealed_expected, keys) = sample_on_wire(wire);
+        assert_eq!(sample_on_wire(wire).0, sealed, "deterministic");
+        let verdicts = |e: &[ExpectedResume]| {
+            e.iter()
+                .map(|r| (r.verdict, r.first_event_id.clone(), r.tcp_stream))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(verdicts(&sealed_expected), verdicts(&plain_expected));
+        let clear = all_directions(&plain);
+        let tls = all_directions(&sealed);
+        assert_eq!(clear.len(), tls.len());
+        let randoms: Vec<&str> = keys
+            .lines()
+            .filter(|l| l.starts_with("CLIENT_TRAFFIC_SECRET_0 "))
+            .map(|l| l.split(' ').nth(1).unwrap())
+            .collect();
+        assert_eq!(randoms.len() * 2, tls.len(), "one key set per connection");
+        for (((stream, client), want), (_, got)) in clear.iter().zip(&tls) {
+            // The ClientHello names the client random the key log lines are filed under.
+            let hello = &tls[(*stream as usize) * 2].1;
+            let random: String = hello[11..43].iter().map(|b| format!("{b:02x}")).collect();
+            let lines: String = keys
+                .lines()
+                .filter(|l| l.split(' ').nth(1) == Some(random.as_str()))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let (hs, ap) = if *client {
+                ("CLIENT_HANDSHAKE_TRAFFIC_SECRET", "CLIENT_TRAFFIC_SECRET_0")
+            } else {
+                ("SERVER_HANDSHAKE_TRAFFIC_SECRET", "SERVER_TRAFFIC_SECRET_0")
+            };
+            let hs = tls::tests::key_log_secret(&lines, hs);
+            let ap = tls::tests::key_log_secret(&lines, ap);
+            let mut plaintext = Vec::new();
+            let (mut hs_seq, mut ap_seq, mut in_app) = (0, 0, false);
+            for r in tls::tests::records(got) {
+                assert!(r.2.len() <= 16_384 + 256);
+                if r.0 != 23 {
+                    continue;
+                }
+                let mut inner = if in_app {
+                    tls::tests::open13(suite, &ap, ap_seq, &r)
+                } else {
+                    tls::tests::open13(suite, &hs, hs_seq, &r)
+                };
+                let content_type = inner.pop().unwrap();
+                if in_app {
+                    ap_seq += 1;
+                } else {
+                    hs_seq += 1;
+                    // Finished ends the direction's handshake epoch.
+                    in_app = inner.first() == Some(&20);
+                }
+                if content_type == 23 {
+                    plaintext.extend(inner);
+                }
+            }
+            assert_eq!(&plaintext, want, "stream {stream}, client {client}");
+        }
+    }
+
+    #[test]
+    fn h2c_carries_each_exchange_on_its_own_stream() {
+        let (plain, _, _) = sample_on_wire(Wire::default());
+        let wire = Wire {
+            http: HttpVersion::Http2,
+            tls: None,
+        };
+        let (framed, _, _) = sample_on_wire(wire);
+        let ids = |b: &[u8]| {
+            let mut out = Vec::new();
+            let mut at = 0;
+            // At a line start: not the end of `Mcp-Session-Id: `.
+            while let Some(k) = find(&b[at..], b"\nid: ") {
+                let start = at + k + 5;
+                let end = start
+                    + b[start..]
+                        .iter()
+                        .position(|c| *c == b'\r' || *c == b'\n')
+                        .unwrap();
+                out.push(String::from_utf8_lossy(&b[start..end]).to_string());
+                at = end;
+            }
+            out
+        };
+        for (((stream, client), clear), (_, got)) in
+            all_directions(&plain).iter().zip(&all_directions(&framed))
+        {
+            let frames = if *client {
+                assert!(got.starts_with(h2::CLIENT_PREFACE));
+                h2::tests::frames(&got[h2::CLIENT_PREFACE.len()..])
+            } else {
+                h2::tests::frames(got)
+            };
+            assert_eq!(frames[0].0, h2::FRAME_SETTINGS, "stream {stream}");
+            let mut data = vec![b'\n'];
+            let mut ended = Vec::new();
+            for f in &frames {
+                assert!(f.3.len() <= h2::MAX_FRAME_PAYLOAD);
+                if f.0 == h2::FRAME_HEADERS {
+                    assert_eq!(f.2 % 2, 1, "client-initiated streams are odd");
+                    let fields = h2::tests::decode_block(&f.3);
+                    let first = &fields[0].0;
+                    assert_eq!(first, if *client { ":method" } else { ":status" });
+                    assert!(fields.iter().all(|(n, _)| *n == n.to_ascii_lowercase()));
+                    assert!(!fields.iter().any(|(n, _)| n == "transfer-encoding"));
+                    if *client
+                        && let Some((_, v)) = fields.iter().find(|(n, _)| n == "last-event-id")
+                    {
+                        assert!(
+                            find(clear, format!("ast-Event-ID: {v}").as_bytes()).is_some()
+                                || find(clear, format!("ast-event-id: {v}").as_bytes()).is_some()
+                        );
+                    }
+                }
+                if f.0 == h2::FRAME_DATA {
+                    data.extend_from_slice(&f.3);
+                }
+                if f.1 & h2::FLAG_END_STREAM != 0 && f.0 != h2::FRAME_SETTINGS {
+                    ended.push(f.2);
+                }
+            }
+            if !*client {
+                // Event ids in the same order as in the chunked HTTP/1.1 bodies.
+                assert_eq!(ids(&data), ids(clear), "stream {stream}");
+            }
+            let mut sorted = ended.clone();
+            sorted.dedup();
+            assert_eq!(sorted, ended, "END_STREAM once per stream");
+        }
     }
 
     #[test]
