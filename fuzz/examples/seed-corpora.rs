@@ -204,7 +204,9 @@ fn seed_from(out: &Path, path: &Path) -> std::io::Result<u64> {
         for (i, s) in steps.iter().enumerate() {
             let mark = Mark::new(i as u64 + 1, 0);
             match *s {
-                Step::Data(d, b) => http.data(d, b, mark, &mut bodies),
+                Step::Data(d, b) => {
+                    http.data(d, b, mark, &mut bodies);
+                }
                 Step::Gap(d, l) => http.gap(d, l, mark, &mut bodies),
                 Step::End(d, h) => http.end(d, h, mark, &mut bodies),
             }

@@ -430,8 +430,12 @@ fn run_http(t: &Transcript<'_>, split: Option<u8>) -> HttpRecorder {
         let mark = Mark::new(i as u64 + 1, i as i64);
         match *step {
             Step::Data(dir, bytes) => match cuts.as_mut() {
-                Some(c) => c.pieces(bytes, |p| conn.data(dir, p, mark, &mut rec)),
-                None => conn.data(dir, bytes, mark, &mut rec),
+                Some(c) => c.pieces(bytes, |p| {
+                    conn.data(dir, p, mark, &mut rec);
+                }),
+                None => {
+                    conn.data(dir, bytes, mark, &mut rec);
+                }
             },
             Step::Gap(dir, len) => conn.gap(dir, len, mark, &mut rec),
             Step::End(dir, how) => {

@@ -97,7 +97,9 @@ impl std::str::FromStr for EndpointFilter {
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("{s:?}: expected IP:PORT, [IPv6]:PORT, IP or :PORT");
         let port = |p: &str| p.parse::<u16>().map_err(|_| bad());
-        if let Some(p) = s.strip_prefix(':') {
+        if let Some(p) = s.strip_prefix(':')
+            && !p.contains(':')
+        {
             return Ok(EndpointFilter {
                 ip: None,
                 port: Some(port(p)?),
