@@ -111,7 +111,10 @@ impl std::str::FromStr for EndpointFilter {
                 port: Some(addr.port()),
             });
         }
-        let ip = s.trim_start_matches('[').trim_end_matches(']');
+        let ip = match s.strip_prefix('[') {
+            Some(inner) => inner.strip_suffix(']').ok_or_else(bad)?,
+            None => s,
+        };
         ip.parse()
             .map(|ip| EndpointFilter {
                 ip: Some(ip),
