@@ -93,7 +93,8 @@ struct Cli {
     #[arg(long = "ignore-endpoint", value_name = "ADDR")]
     ignore_endpoint: Vec<driver::EndpointFilter>,
 
-    /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
+    /// No progress bar (one is shown on a terminal for inputs over 64 MiB), and no plain-text
+    /// account on standard error beside the JSON Lines.
     #[arg(short, long)]
     quiet: bool,
 }
@@ -188,7 +189,7 @@ fn real_main() -> anyhow::Result<i32> {
     let id_pattern = cli.id_pattern.as_deref().map(IdPattern::new).transpose()?;
     let human = match cli.format {
         Format::Text => HumanReport::Instead,
-        Format::Json if std::io::stderr().is_terminal() => HumanReport::Messages,
+        Format::Json if std::io::stderr().is_terminal() && !cli.quiet => HumanReport::Messages,
         Format::Json => HumanReport::Off,
     };
     let (tls, key_messages) = driver::TlsKeys::from_files(&cli.tls_keylog);
@@ -219,8 +220,9 @@ fn real_main() -> anyhow::Result<i32> {
         human,
         progress: progress_bar(&cli),
     };
-    let stderr = std::io::stderr();
-    let mut err = stderr.lock();
+    // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
+    // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.
+    let mut err = anstream::AutoStream::auto(std::io::stderr().lock());
     let outcome = match cli.output.as_deref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
             refuse_to_overwrite_an_input(path, &cli.inputs)?;
@@ -232,16 +234,17 @@ fn real_main() -> anyhow::Result<i32> {
             };
             let tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-            let mut out = BufWriter::new(tmp);
+            let mut tmp = tmp;
+            let mut out = BufWriter::new(anstream::StripStream::new(tmp.as_file_mut()));
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
-            let tmp = out.into_inner().map_err(|e| e.into_error())?;
+            out.into_inner().map_err(|e| e.into_error())?;
             tmp.persist(path)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             o
         }
         None => {
             let stdout = std::io::stdout();
-            let mut out = BufWriter::new(stdout.lock());
+            let mut out = BufWriter::new(anstream::AutoStream::auto(stdout.lock()));
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
             match o {
                 Ok(o) => o,

@@ -531,6 +531,19 @@ impl HumanNotes {
 /// Writes, for a person, what went wrong in one input: per session, each resume that is not
 /// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
 /// then findings tied to no resume. Sessions where all is well are only counted.
+/// How a verdict is shown on a terminal (the styles are dropped where colour is off): an
+/// accusation in red, what the capture cannot tell in yellow, a correct resume in green.
+fn verdict_style(v: Verdict) -> anstyle::Style {
+    use anstyle::AnsiColor::*;
+    let colour = match v {
+        Verdict::GapSkipped | Verdict::Replayed => Red,
+        Verdict::CaptureIncomplete | Verdict::Unverifiable => Yellow,
+        Verdict::Correct => Green,
+        Verdict::Rejected | Verdict::Empty => Cyan,
+    };
+    anstyle::Style::new().fg_color(Some(colour.into())).bold()
+}
+
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
@@ -570,9 +583,10 @@ pub fn write_human_input<W: Write + ?Sized>(
                         .unwrap_or_default()
                 )
             };
+            let style = verdict_style(r.decision.verdict);
             writeln!(
                 out,
-                "  [{}] {} {} at {} ({place})",
+                "  {style}[{}]{style:#} {} {} at {} ({place})",
                 r.decision.verdict.as_str(),
                 r.method,
                 r.target,
@@ -587,6 +601,16 @@ pub fn write_human_input<W: Write + ?Sized>(
                     .map_or("none".to_string(), |f| format!("{f:?}")),
                 r.decision.reason
             )?;
+            if let Some(lost) = &r.decision.lost {
+                let count = lost
+                    .count
+                    .map_or("more than 2^64".to_string(), |c| c.to_string());
+                writeln!(
+                    out,
+                    "    ids lost: {} to {} ({count} event(s) the client never got)",
+                    lost.from, lost.to
+                )?;
+            }
             if let Some(shape) = &r.forensic.id_shape {
                 writeln!(out, "    ids compared by their counter, shape {shape}")?;
             }
