@@ -1062,32 +1062,27 @@ struct Redelivery<'a, F> {
     count: u64,
 }
 
-fn audit_resume<'a>(
-    xs: &'a [ExchangeSummary],
-    ix: &SessionIndex<'a>,
-    cross: &'a CrossIndex,
-    opts: &Options,
-    xi: usize,
-    r: &mut ResumeRecord,
-) {
-    let x = &xs[xi];
-    let req = r.request;
-    let links = lineage(xs, ix, xi, &r.last_event_id, req.frame);
-    let stream = x.stream.as_deref();
-    let resumed_ids: Vec<&IdFact> = stream
-        .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
-        .unwrap_or_default();
-    let resumed_content: Vec<&ContentFact> = stream
-        .map(|s| s.content.iter().collect())
-        .unwrap_or_default();
+/// What the resumed stream delivered again: ids and events the client had acknowledged
+/// (proof of replay), and ids another stream of the session delivered (a duplicate, but not
+/// necessarily one the client had).
+struct Redeliveries<'a> {
+    id: Option<Redelivery<'a, IdFact>>,
+    id_elsewhere: Option<Redelivery<'a, IdFact>>,
+    content: Option<Redelivery<'a, ContentFact>>,
+}
 
-    // Re-deliveries: of what the client acknowledged (proof of replay), and of what another
-    // stream delivered (a duplicate, but not necessarily one the client had).
+fn find_redeliveries<'a>(
+    ix: &SessionIndex<'a>,
+    links: &[Link<'a>],
+    xi: usize,
+    resumed_ids: &[&'a IdFact],
+    resumed_content: &[&'a ContentFact],
+) -> Redeliveries<'a> {
     let mut id_redelivery: Option<Redelivery<'a, IdFact>> = None;
     let mut id_elsewhere: Option<Redelivery<'a, IdFact>> = None;
-    for &f in &resumed_ids {
+    for &f in resumed_ids {
         let d = ix.ids.get(&f.hash);
-        if let Some(e) = acknowledged(d, &links, f.mark.frame) {
+        if let Some(e) = acknowledged(d, links, f.mark.frame) {
             match id_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
                 None => {
@@ -1102,7 +1097,7 @@ fn audit_resume<'a>(
             .text
             .as_deref()
             .is_some_and(crate::exchange::is_integer_id)
-            && let Some(e) = elsewhere(d, &links, xi, f.mark.frame)
+            && let Some(e) = elsewhere(d, links, xi, f.mark.frame)
         {
             // Integer ids are often counted per stream, so the same integer on two streams
             // is not the same event; structured and opaque ids are unique in a session.
@@ -1119,8 +1114,8 @@ fn audit_resume<'a>(
         }
     }
     let mut content_redelivery: Option<Redelivery<'a, ContentFact>> = None;
-    for &c in &resumed_content {
-        if let Some(e) = acknowledged(ix.content.get(&c.hash), &links, c.mark.frame) {
+    for &c in resumed_content {
+        if let Some(e) = acknowledged(ix.content.get(&c.hash), links, c.mark.frame) {
             match content_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
                 None => {
@@ -1134,7 +1129,17 @@ fn audit_resume<'a>(
         }
     }
 
-    let id_evidence = |rd: &Redelivery<'a, IdFact>| {
+    Redeliveries {
+        id: id_redelivery,
+        id_elsewhere,
+        content: content_redelivery,
+    }
+}
+
+/// The evidence of an acknowledged id delivered again.
+fn id_evidence(xs: &[ExchangeSummary], xi: usize, rd: &Redelivery<'_, IdFact>) -> Evidence {
+    let x = &xs[xi];
+    {
         let text = rd.again.text.as_deref().map(str::to_string);
         Evidence {
             how: EvidenceKind::IdRedelivered,
@@ -1156,8 +1161,17 @@ fn audit_resume<'a>(
                 cite(x, "delivered_again", rd.again.mark),
             ],
         }
-    };
-    let content_evidence = |rd: &Redelivery<'a, ContentFact>| Evidence {
+    }
+}
+
+/// The evidence of an acknowledged event (same type and data) delivered again.
+fn content_evidence(
+    xs: &[ExchangeSummary],
+    xi: usize,
+    rd: &Redelivery<'_, ContentFact>,
+) -> Evidence {
+    let x = &xs[xi];
+    Evidence {
         how: EvidenceKind::EventRedelivered,
         detail: format!(
             "an event with the same type and data ({}) was delivered at frame {} and again on the \
@@ -1176,9 +1190,22 @@ fn audit_resume<'a>(
             cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
             cite(x, "delivered_again", rd.again.mark),
         ],
-    };
+    }
+}
 
-    // The verdict, for ids the seed cannot compare.
+/// The verdict of a resume whose ids the seed cannot compare, from the other evidence the
+/// session holds, in order of strength: the user's id pattern, a learned id shape, an
+/// acknowledged id or event delivered again, the server's resume acknowledgment. Re-delivery
+/// is shown as evidence whatever decided the verdict.
+fn decide_opaque<'a>(
+    xs: &'a [ExchangeSummary],
+    ix: &SessionIndex<'a>,
+    opts: &Options,
+    xi: usize,
+    r: &mut ResumeRecord,
+    red: &Redeliveries<'a>,
+) {
+    let x = &xs[xi];
     let first = r.first_event_id.clone();
     if r.ids_opaque
         && r.decision.verdict == Verdict::Unverifiable
@@ -1233,7 +1260,7 @@ fn audit_resume<'a>(
                     .into_iter()
                     .collect(),
             });
-        } else if let Some(rd) = &id_redelivery {
+        } else if let Some(rd) = &red.id {
             r.decision = Decision {
                 verdict: Verdict::Replayed,
                 reason: "the resumed stream delivered again an id the client had already \
@@ -1241,8 +1268,8 @@ fn audit_resume<'a>(
                 lost: None,
                 replayed_count: None,
             };
-            r.forensic.evidence = Some(id_evidence(rd));
-        } else if let Some(rd) = &content_redelivery {
+            r.forensic.evidence = Some(id_evidence(xs, xi, rd));
+        } else if let Some(rd) = &red.content {
             r.decision = Decision {
                 verdict: Verdict::Replayed,
                 reason: "the resumed stream delivered again an event the client had already \
@@ -1250,7 +1277,7 @@ fn audit_resume<'a>(
                 lost: None,
                 replayed_count: None,
             };
-            r.forensic.evidence = Some(content_evidence(rd));
+            r.forensic.evidence = Some(content_evidence(xs, xi, rd));
         } else if let Some((ack, at)) = r.resume_ack.clone() {
             let ordered = if ack == last {
                 Some(Ordering::Equal)
@@ -1300,12 +1327,36 @@ fn audit_resume<'a>(
     }
     // Re-delivery backs any replay verdict, and is worth showing whatever decided it.
     if r.forensic.evidence.is_none() {
-        if let Some(rd) = &id_redelivery {
-            r.forensic.evidence = Some(id_evidence(rd));
-        } else if let Some(rd) = &content_redelivery {
-            r.forensic.evidence = Some(content_evidence(rd));
+        if let Some(rd) = &red.id {
+            r.forensic.evidence = Some(id_evidence(xs, xi, rd));
+        } else if let Some(rd) = &red.content {
+            r.forensic.evidence = Some(content_evidence(xs, xi, rd));
         }
     }
+}
+
+fn audit_resume<'a>(
+    xs: &'a [ExchangeSummary],
+    ix: &SessionIndex<'a>,
+    cross: &'a CrossIndex,
+    opts: &Options,
+    xi: usize,
+    r: &mut ResumeRecord,
+) {
+    let x = &xs[xi];
+    let req = r.request;
+    let links = lineage(xs, ix, xi, &r.last_event_id, req.frame);
+    let stream = x.stream.as_deref();
+    let resumed_ids: Vec<&IdFact> = stream
+        .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
+        .unwrap_or_default();
+    let resumed_content: Vec<&ContentFact> = stream
+        .map(|s| s.content.iter().collect())
+        .unwrap_or_default();
+
+    let red = find_redeliveries(ix, &links, xi, &resumed_ids, &resumed_content);
+
+    decide_opaque(xs, ix, opts, xi, r, &red);
 
     let session_id = x.session_id.clone();
     let at_resume = resume_cite(r);
@@ -1359,7 +1410,7 @@ fn audit_resume<'a>(
             ));
         }
     }
-    if let Some(rd) = &id_elsewhere {
+    if let Some(rd) = &red.id_elsewhere {
         let text = rd.again.text.as_deref().map(str::to_string);
         findings.push(finding(
             FindingKind::DuplicateDelivery,
