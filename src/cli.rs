@@ -86,6 +86,11 @@ struct Cli {
     #[arg(long = "tls-keylog", value_name = "FILE")]
     tls_keylog: Vec<PathBuf>,
 
+    /// Also write the report as one self-contained HTML page to FILE: the summary, and a
+    /// timeline per session drawn from the same records as the JSON Lines.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB).
     #[arg(short, long)]
     quiet: bool,
@@ -185,6 +190,7 @@ fn real_main() -> anyhow::Result<i32> {
         },
         human,
         progress: progress_bar(&cli),
+        html: cli.html.clone(),
     };
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
