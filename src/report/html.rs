@@ -371,7 +371,11 @@ impl HtmlReport {
         std::fs::rename(&self.temp, &self.dest).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
-                format!("cannot rename {} to {}: {e}", self.temp.display(), self.dest.display()),
+                format!(
+                    "cannot rename {} to {}: {e}",
+                    self.temp.display(),
+                    self.dest.display()
+                ),
             )
         })
     }
@@ -535,11 +539,17 @@ mod tests {
 
     #[test]
     fn the_assets_cannot_close_their_elements() {
-        assert!(!JS.contains("</script"), "the script must not close its element");
+        assert!(
+            !JS.contains("</script"),
+            "the script must not close its element"
+        );
         assert!(!JS.contains("<!--"));
         assert!(!CSS.contains("</style"));
         // Nothing is fetched: no URL leaves the page.
-        for asset in [JS.replace("http://www.w3.org/2000/svg", ""), CSS.to_string()] {
+        for asset in [
+            JS.replace("http://www.w3.org/2000/svg", ""),
+            CSS.to_string(),
+        ] {
             assert!(!asset.contains("http://") && !asset.contains("https://"));
             assert!(!asset.contains("@import") && !asset.contains("url("));
         }

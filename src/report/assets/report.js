@@ -268,7 +268,7 @@
     });
     if (!Number.isFinite(tmin)) { box.appendChild(el('p', { class: 'more' }, 'nothing in this session carries a time')); return; }
     if (tmax - tmin < 1000) { tmax = tmin + 1000; }
-    const LEFT = 170, RIGHT = 40, TOP = 22, LANE = 38;
+    const LEFT = 170, RIGHT = 100, TOP = 22, LANE = 38;
     const W = Math.max(720, (box.clientWidth || 900) - 4);
     const H = TOP + rows.length * LANE + 18;
     const X = function (t) { return LEFT + (W - LEFT - RIGHT) * (t - tmin) / (tmax - tmin); };
