@@ -242,3 +242,45 @@ fn hostile_session_ids_stay_text_in_a_browser() {
     open_in_browser(&page, &expect, &["--hostile"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn past_the_threshold_the_page_is_paged_in_a_browser() {
+    use mcp_resume_audit::report::html::{HtmlReport, PAGE_SESSIONS, PAGINATE_ABOVE, page_plan};
+    use std::io::Write;
+    let dir = out_dir("paged");
+    let page = dir.join("r.html");
+    let n = PAGINATE_ABOVE + PAGE_SESSIONS + 1;
+    let mut h = HtmlReport::create(&page, &["many".to_string()]).unwrap();
+    let mut sink = Vec::new();
+    {
+        let mut tee = h.tee(&mut sink, true);
+        for i in 0..n {
+            let line = serde_json::json!({
+                "type": "session", "input": "many", "session_id": format!("s-{i:05}"),
+                "protocol_versions": [], "first_time": "2026-01-01T00:00:00.000000Z",
+                "last_time": "2026-01-01T00:00:01.000000Z", "exchanges": [],
+                "exchanges_omitted": 0, "resumes": [], "findings": []
+            });
+            writeln!(tee, "{line}").unwrap();
+        }
+        writeln!(
+            tee,
+            "{}",
+            serde_json::json!({"type": "summary", "sessions": n})
+        )
+        .unwrap();
+        tee.flush().unwrap();
+    }
+    h.finish().unwrap();
+    let plan = page_plan(n);
+    assert!(plan.paged);
+    let pages = plan.pages.to_string();
+    let per_page = plan.per_page.to_string();
+    let expect = serde_json::json!({"verdicts": {}, "sessions": []});
+    open_in_browser(
+        &page,
+        &expect,
+        &["--pages", &pages, "--per_page", &per_page],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -120,6 +120,34 @@ try {
     return r.result.value;
   };
 
+  if (opt.pages) {
+    // A paged report: the pager shows, a page holds its share, and next moves on.
+    const paged = await run(async () => {
+      const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+      const cards = () => Array.from(document.querySelectorAll('#sessions article.session'));
+      const out = { pager: !document.getElementById('pager').hidden, label: document.getElementById('page-no').textContent, cards: cards().length };
+      const first = cards()[0].dataset.session;
+      document.getElementById('next').click();
+      await frame();
+      out.after = document.getElementById('page-no').textContent;
+      out.moved = cards()[0].dataset.session !== first;
+      const search = document.getElementById('session-search');
+      search.value = first;
+      search.dispatchEvent(new Event('input'));
+      out.searched = cards().length;
+      out.pagerAfterSearch = !document.getElementById('pager').hidden;
+      return out;
+    });
+    check(errors.length === 0, 'console errors: ' + errors.join(' | '));
+    check(paged.pager, 'no pager');
+    check(paged.label === 'page 1 of ' + opt.pages, 'pager says ' + paged.label);
+    check(paged.cards === Number(opt.per_page), paged.cards + ' cards on a page');
+    check(paged.after === 'page 2 of ' + opt.pages && paged.moved, 'next did not move on');
+    check(paged.searched >= 1 && !paged.pagerAfterSearch, 'a search did not narrow to one page');
+    clearTimeout(timer);
+    finish(problems.length ? 1 : 0, paged);
+  }
+
   // In the page: helpers that draw every card shown (they draw when scrolled to) and count.
   const seen = await run(async (want) => {
     const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
