@@ -424,7 +424,8 @@
     c.appendChild(badges);
     const box = el('div', { class: 'timeline' });
     c.appendChild(box);
-    const fs = g.findings.concat(g.view ? [] : []);
+    // Findings of no resume, and the view's own that no resume line already carries.
+    const fs = g.findings;
     const all = fs.concat(g.view ? (g.view.findings || []).filter(function (f) { return !g.resumes.some(function (r) { return (r.findings || []).some(function (rf) { return rf.detail === f.detail && rf.kind === f.kind; }); }) && !fs.some(function (lf) { return lf.detail === f.detail && lf.kind === f.kind; }); }) : []);
     if (all.length) {
       const ul = el('ul', { class: 'findings' });
