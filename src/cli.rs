@@ -93,6 +93,11 @@ struct Cli {
     #[arg(long = "ignore-endpoint", value_name = "ADDR")]
     ignore_endpoint: Vec<driver::EndpointFilter>,
 
+    /// Also write the report as one self-contained HTML page to FILE: the summary, and a
+    /// timeline per session drawn from the same records as the JSON Lines.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+
     /// No progress bar (one is shown on a terminal for inputs over 64 MiB), and no plain-text
     /// account on standard error beside the JSON Lines.
     #[arg(short, long)]
@@ -219,6 +224,7 @@ fn real_main() -> anyhow::Result<i32> {
         },
         human,
         progress: progress_bar(&cli),
+        html: cli.html.clone(),
     };
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.

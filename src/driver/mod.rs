@@ -35,6 +35,7 @@ use crate::net::decode::{self, Endpoint, Skip};
 use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
 use crate::net::tcp::{TcpConnection, TcpSegment};
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
+use crate::report::html::HtmlReport;
 use crate::report::spool::Spool;
 use crate::report::{self, CoverageStats, InputProblem, Summary};
 
@@ -76,6 +77,8 @@ pub struct Options {
     /// Servers whose traffic is not MCP: their unread connections are counted as ignored,
     /// not as unread (`--ignore-endpoint`).
     pub ignore: Vec<EndpointFilter>,
+    /// `--html FILE`: also write the report as one HTML page there, from the same lines.
+    pub html: Option<PathBuf>,
 }
 
 /// A server endpoint to leave out of the unread traffic: `IP:PORT`, `[IPv6]:PORT`, `IP` (any
@@ -192,6 +195,7 @@ impl Default for Options {
             human: HumanReport::Off,
             tls: TlsKeys::default(),
             ignore: Vec::new(),
+            html: None,
         }
     }
 }
@@ -1189,6 +1193,27 @@ pub fn run<W: Write, E: Write>(
     err: &mut E,
 ) -> std::io::Result<RunOutcome> {
     let human = opts.human != HumanReport::Off;
+    // The page draws every session's timeline, so it needs the session views even when the
+    // JSON Lines do not print them; the tee below keeps them out of the JSON Lines then.
+    let sessions_to_json = opts.forensic.views;
+    let with_views;
+    let opts = if opts.html.is_some() && !sessions_to_json {
+        with_views = Options {
+            forensic: audit::Options {
+                views: true,
+                ..opts.forensic.clone()
+            },
+            ..opts.clone()
+        };
+        &with_views
+    } else {
+        opts
+    };
+    let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let mut html = match &opts.html {
+        Some(path) => Some(HtmlReport::create(path, &names)?),
+        None => None,
+    };
     let one = |p: &PathBuf, o: &Options| {
         let mut spool = Spool::new(&p.display().to_string(), human);
         let report = analyze_path_into(p, o, &mut spool);
@@ -1222,6 +1247,14 @@ pub fn run<W: Write, E: Write>(
         &mut no_json
     } else {
         out
+    };
+    let mut tee;
+    let json: &mut dyn Write = match html.as_mut() {
+        Some(h) => {
+            tee = h.tee(json, sessions_to_json);
+            &mut tee
+        }
+        None => json,
     };
     for (r, spool) in &mut reports {
         if let Some(e) = &spool.spill_error {
@@ -1274,6 +1307,9 @@ pub fn run<W: Write, E: Write>(
     summary.coverage = stats.coverage;
     summary.write(json)?;
     json.flush()?;
+    if let Some(h) = html {
+        h.finish()?;
+    }
     let human: Option<&mut dyn Write> = match opts.human {
         HumanReport::Off => None,
         HumanReport::Messages => Some(err),
