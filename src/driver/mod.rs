@@ -1285,6 +1285,15 @@ pub fn run<W: Write, E: Write>(
             outcome.input_errors = true;
         }
         spool.write_to(json)?;
+        summary.per_input.push(report::InputSummary {
+            input: r.input.clone(),
+            failed: r.failed(),
+            packets: r.stats.packets,
+            tcp_connections: r.stats.tcp_connections,
+            http_exchanges: r.stats.http_exchanges,
+            resumes: spool.summary.resumes,
+            coverage,
+        });
         summary.absorb_counts(&spool.summary);
         outcome.findings |= spool.findings;
         // Sessions are named per input: the same id in two captures is counted once per input.

@@ -562,7 +562,23 @@ pub fn write_human_input<W: Write + ?Sized>(
     }
     writeln!(out, "== {input} ==")?;
     let quiet = notes.sessions.values().filter(|(_, told)| !told).count();
-    for (sid, (rs, fs)) in &groups {
+    // Sessions in time order: by their first resume, then those with findings only.
+    let mut order: Vec<Option<&str>> = Vec::with_capacity(groups.len());
+    let mut seen = std::collections::HashSet::new();
+    for sid in notes
+        .resumes
+        .iter()
+        .map(|r| r.session_id.as_deref())
+        .chain(notes.loose.iter().map(|f| f.session_id.as_deref()))
+    {
+        if seen.insert(sid) {
+            order.push(sid);
+        }
+    }
+    for sid in &order {
+        let Some((rs, fs)) = groups.get(sid) else {
+            continue;
+        };
         let total = notes
             .sessions
             .get(&session_key(*sid))
@@ -770,6 +786,21 @@ pub struct Summary {
     /// What the TCP connections were read as, and what could not be read, and why.
     pub coverage: CoverageStats,
     pub problems: Vec<InputProblem>,
+    /// Per input: what it held, what was read and what was not.
+    pub per_input: Vec<InputSummary>,
+}
+
+/// One input's line in the summary.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct InputSummary {
+    pub input: String,
+    /// Could not be read, wholly or in part (its errors are in `problems`).
+    pub failed: bool,
+    pub packets: u64,
+    pub tcp_connections: u64,
+    pub http_exchanges: u64,
+    pub resumes: u64,
+    pub coverage: CoverageStats,
 }
 
 /// Connections and bytes of one kind.
