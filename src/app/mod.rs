@@ -30,6 +30,8 @@ pub mod h2;
 pub mod http1;
 pub mod jsonrpc;
 pub mod sse;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tls;
 
 use crate::record::{Direction, HttpSink, Limits, Mark, StreamEnd, StreamSink};

@@ -11,84 +11,10 @@ use super::frame::encode::{frame, padded, settings};
 use super::frame::{CLIENT_PREFACE, FLAG_END_HEADERS, FLAG_END_STREAM, FLAG_PADDED, FrameType};
 use super::hpack::encode::{self as henc, Literal};
 use super::*;
+use crate::app::testing::{Event, Recorder, Split, Step, XorShift, data};
 
 const C: Direction = Direction::Forward;
 const S: Direction = Direction::Reverse;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Event {
-    Request(RequestHead),
-    Response(ResponseHead),
-    Body(u32, Vec<u8>, Mark),
-    BodyGap(u32, u64, Mark),
-    BodyEnd(u32, BodyEnd, Mark),
-    Anomaly(Anomaly, Mark),
-}
-
-/// Records sink calls, merging adjacent body pieces of one exchange and one mark.
-#[derive(Default)]
-struct Recorder {
-    events: Vec<Event>,
-}
-
-impl HttpSink for Recorder {
-    fn request(&mut self, head: RequestHead) {
-        self.events.push(Event::Request(head));
-    }
-    fn response(&mut self, head: ResponseHead) {
-        self.events.push(Event::Response(head));
-    }
-    fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        assert!(!bytes.is_empty(), "empty body piece");
-        if let Some(Event::Body(e, acc, m)) = self.events.last_mut()
-            && *e == exchange
-            && *m == mark
-        {
-            acc.extend_from_slice(bytes);
-            return;
-        }
-        self.events
-            .push(Event::Body(exchange, bytes.to_vec(), mark));
-    }
-    fn body_gap(&mut self, exchange: u32, len: u64, mark: Mark) {
-        self.events.push(Event::BodyGap(exchange, len, mark));
-    }
-    fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark) {
-        self.events.push(Event::BodyEnd(exchange, how, mark));
-    }
-    fn anomaly(&mut self, what: Anomaly, mark: Mark) {
-        self.events.push(Event::Anomaly(what, mark));
-    }
-}
-
-#[derive(Clone, Debug)]
-enum Step {
-    Data(Direction, Vec<u8>),
-    Gap(Direction, u64),
-    End(Direction, StreamEnd),
-}
-
-fn data(dir: Direction, bytes: impl AsRef<[u8]>) -> Step {
-    Step::Data(dir, bytes.as_ref().to_vec())
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Split {
-    Whole,
-    Bytewise,
-    Random(u64),
-}
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 #[derive(Debug, PartialEq, Eq)]
 struct Outcome {
