@@ -181,3 +181,49 @@ fn servers_named_as_not_mcp_are_ignored_not_unread() {
         .unwrap();
     assert_eq!(r.status.code(), Some(3));
 }
+
+/// The records of a legacy little-endian pcap with frame `drop` (1-based) left out, as a busy
+/// capture host loses a packet.
+fn without_frame(pcap: &[u8], drop: usize) -> Vec<u8> {
+    let mut out = pcap[..24].to_vec();
+    let mut at = 24;
+    let mut frame = 0;
+    while at + 16 <= pcap.len() {
+        let caplen = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        frame += 1;
+        if frame != drop {
+            out.extend_from_slice(&pcap[at..at + 16 + caplen]);
+        }
+        at += 16 + caplen;
+    }
+    out
+}
+
+#[test]
+fn http2_headers_lost_with_their_hpack_state_are_not_a_clean_capture() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pcap = std::fs::read(root.join("fixtures/h2-real/py-h2c-prior.pcap")).unwrap();
+    // Frame 30 carries client header blocks: losing it loses the client's HPACK state, and
+    // with it every later request of the connection, the two resumes among them.
+    let dir = std::env::temp_dir().join(format!("mra-h2loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lossy = dir.join("lossy.pcap");
+    std::fs::write(&lossy, without_frame(&pcap, 30)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .args(["-j1"])
+        .arg(&lossy)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["resumes"], 0, "{stdout}");
+    assert!(
+        summary["coverage"]["h2_headers_unreadable"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(out.status.code(), Some(3), "a silent all-clear");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP/2 header block(s) unreadable"));
+    std::fs::remove_dir_all(&dir).ok();
+}

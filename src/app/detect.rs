@@ -1,7 +1,6 @@
 //! Protocol detection: the one place that decides what a connection speaks.
 //!
-//! Input: the first bytes of the direction that speaks first, and whether the capture saw the
-//! connection's SYN (then those bytes are the very first the peer sent).
+//! Input: the first bytes of the direction that speaks first.
 //! Output: [`Detection`]: more bytes needed, or the protocol to hand the connection to.
 //! Invariants: the decision depends on the bytes only, never on how they were cut into calls;
 //! at most [`MAX_DETECT_BYTES`] are ever needed; anything that is neither TLS nor the HTTP/2
@@ -43,29 +42,16 @@ fn tls_record_header(b: &[u8], content_types: std::ops::RangeInclusive<u8>) -> O
 }
 
 /// Decides from the first bytes `first` of the direction that spoke first.
-pub(crate) fn detect(first: &[u8], from_start: bool) -> Detection {
+pub(crate) fn detect(first: &[u8], _from_start: bool) -> Detection {
     use Detection::*;
     if first.is_empty() {
         return NeedMore;
     }
-    if from_start {
-        // A ClientHello: handshake record (22), version 3.x, two length bytes, then message
-        // type 1. HTTP never begins with byte 22.
-        if first[0] == 0x16 {
-            return match first.get(..6) {
-                None => match tls_record_header(first, 0x16..=0x16) {
-                    Some(false) => Decided(Protocol::Http1),
-                    _ => NeedMore,
-                },
-                Some(h) if tls_record_header(h, 0x16..=0x16) == Some(true) && h[5] == 1 => {
-                    Decided(Protocol::Tls)
-                }
-                Some(_) => Decided(Protocol::Http1),
-            };
-        }
-    } else if tls_record_header(first, 0x14..=0x17) != Some(false) {
-        // Mid-connection: bytes that begin with a TLS record header. Plain HTTP begins with a
-        // letter, a digit or a line end, none of which is 20-23.
+    // A TLS record header: a ClientHello from the SYN, or another record where the capture
+    // lost the handshake or began mid-connection (then the TLS layer has no handshake to read
+    // it by, and says so). HTTP begins with a letter, a digit or a line end, none of which is
+    // 20-23.
+    if tls_record_header(first, 0x14..=0x17) != Some(false) {
         return if first.len() >= 5 {
             Decided(Protocol::Tls)
         } else {
@@ -157,15 +143,15 @@ mod tests {
             decided(&[0x17, 0x03, 0x03, 0x00, 0x20, 0xaa], false),
             Decided(Protocol::Tls)
         );
-        // From the SYN, only a ClientHello counts: application data first is not TLS.
+        // From the SYN, a record other than a ClientHello first is TLS whose handshake the
+        // capture lost (or whose server spoke first).
         assert_eq!(
             decided(&[0x17, 0x03, 0x03, 0x00, 0x20, 0xaa], true),
-            Decided(Protocol::Http1)
+            Decided(Protocol::Tls)
         );
-        // A handshake record that holds no ClientHello (a ServerHello first) is not a start.
         assert_eq!(
             decided(&[0x16, 0x03, 0x03, 0x00, 0x20, 0x02], true),
-            Decided(Protocol::Http1)
+            Decided(Protocol::Tls)
         );
         assert_eq!(decided(&[0x16, 0x07], true), Decided(Protocol::Http1));
         assert_eq!(detect(&[0x16, 0x03], true), NeedMore);

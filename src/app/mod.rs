@@ -63,6 +63,8 @@ pub enum Unread {
     TlsKeysWrong,
     /// TLS whose handshake the capture does not hold: no client random to look keys up by.
     TlsHandshakeMissing,
+    /// The capture lost the first bytes, so what the connection speaks cannot be told.
+    GapBeforeProtocol,
 }
 
 impl Unread {
@@ -73,6 +75,7 @@ impl Unread {
             Unread::TlsUnsupported => "tls_unsupported",
             Unread::TlsKeysWrong => "tls_keys_wrong",
             Unread::TlsHandshakeMissing => "tls_handshake_missing",
+            Unread::GapBeforeProtocol => "gap_before_protocol",
         }
     }
 }
@@ -365,6 +368,33 @@ impl AppStack {
             AppStack::Tls(t) => Some(t.tls.facts()),
             _ => None,
         }
+    }
+
+    /// What this connection's layers could not read inside the bytes they had, by kind: the
+    /// blind spots within a read connection, for the summary's anomalies.
+    pub fn losses(&self) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        match self {
+            AppStack::Http2(h) => {
+                let s = h.stats();
+                out.push(("h2_headers_unreadable", s.headers_unreadable));
+                out.push(("h2_resynchronized", s.resyncs));
+                out.push(("h2_push_promises", s.push_promises));
+                out.push(("h2_protocol_errors", s.protocol_errors));
+                out.push(("h2_streams_evicted", s.streams_evicted));
+            }
+            AppStack::Tls(t) => {
+                let f = t.tls.facts();
+                out.push(("tls_records_lost", f.records_lost));
+                out.push(("tls_resynchronized", f.resyncs));
+                out.push(("tls_resync_failed", f.resync_failures));
+                out.push(("tls_auth_failures", f.auth_failures));
+                out.extend(t.child.losses());
+            }
+            _ => {}
+        }
+        out.retain(|(_, n)| *n > 0);
+        out
     }
 
     /// Nothing more will be read from this connection: the caller may drop it.

@@ -430,6 +430,9 @@ struct Conn {
     endpoints: (Endpoint, Endpoint),
     /// Payload bytes of both directions, for the coverage accounting.
     bytes: u64,
+    /// What the connection first gave its application stack: data, or a gap (the capture
+    /// lost its first bytes, so what it speaks cannot be told).
+    first: Option<bool>,
     ends: [Option<StreamEnd>; 2],
     gaps: [bool; 2],
 }
@@ -442,15 +445,18 @@ struct Bridge<'a> {
     rst_from: Option<Direction>,
     app: &'a mut AppStack,
     tracker: &'a mut ExchangeTracker,
+    first: &'a mut Option<bool>,
     ends: &'a mut [Option<StreamEnd>; 2],
     gaps: &'a mut [bool; 2],
 }
 
 impl StreamSink for Bridge<'_> {
     fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark) {
+        self.first.get_or_insert(true);
         self.app.data(self.ctx, dir, bytes, mark, self.tracker);
     }
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
+        self.first.get_or_insert(false);
         self.gaps[dir.index()] = true;
         self.app.gap(self.ctx, dir, len, mark, self.tracker);
     }
@@ -512,6 +518,7 @@ impl Shard {
                 tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 bytes: 0,
+                first: None,
                 ends: [None; 2],
                 gaps: [false; 2],
             }),
@@ -541,6 +548,7 @@ impl Shard {
             rst_from: m.flags.rst.then_some(m.dir),
             app: &mut c.app,
             tracker: &mut c.tracker,
+            first: &mut c.first,
             ends: &mut c.ends,
             gaps: &mut c.gaps,
         };
@@ -585,6 +593,7 @@ impl Shard {
             rst_from: None,
             app: &mut c.app,
             tracker: &mut c.tracker,
+            first: &mut c.first,
             ends: &mut c.ends,
             gaps: &mut c.gaps,
         };
@@ -610,6 +619,11 @@ impl Shard {
             Coverage::Empty => self.stats.coverage.count_read("http1", c.bytes),
             Coverage::Read(how) => self.stats.coverage.count_read(how, c.bytes),
             Coverage::Unread(reason) => {
+                let reason = if reason == Unread::NotHttp && c.first == Some(false) {
+                    Unread::GapBeforeProtocol
+                } else {
+                    reason
+                };
                 let (fwd, rev) = c.endpoints;
                 let server = match c.app.client_direction() {
                     Some(Direction::Reverse) => fwd,
@@ -621,6 +635,14 @@ impl Shard {
                     self.count_unread(reason, server, c.bytes);
                 }
             }
+        }
+        for (kind, n) in c.app.losses() {
+            match kind {
+                "h2_headers_unreadable" => self.stats.coverage.h2_headers_unreadable += n,
+                "tls_resync_failed" => self.stats.coverage.tls_rest_unreadable += n,
+                _ => {}
+            }
+            *self.stats.anomalies.entry(kind.to_string()).or_insert(0) += n;
         }
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;

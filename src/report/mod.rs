@@ -845,6 +845,13 @@ pub struct CoverageStats {
     pub unread: BTreeMap<&'static str, Tally>,
     /// Connections not read whose server the user named as not MCP (`--ignore-endpoint`).
     pub ignored: Tally,
+    /// HTTP/2 header blocks of read connections that could not be decoded because bytes
+    /// before them were lost (their direction's HPACK state went with them): requests and
+    /// answers there, resumes among them, cannot be seen.
+    pub h2_headers_unreadable: u64,
+    /// TLS directions whose rest could not be decrypted after bytes the capture lost (no later
+    /// record authenticated within the search bounds).
+    pub tls_rest_unreadable: u64,
     /// Frames the snap length cut short (their missing bytes are TCP gaps), and the longest
     /// captured length among them.
     pub packets_cut: u64,
@@ -891,6 +898,8 @@ impl CoverageStats {
         }
         self.empty += other.empty;
         self.ignored.add(other.ignored);
+        self.h2_headers_unreadable += other.h2_headers_unreadable;
+        self.tls_rest_unreadable += other.tls_rest_unreadable;
         for (k, t) in &other.unread {
             self.unread.entry(k).or_default().add(*t);
         }
@@ -930,7 +939,10 @@ impl CoverageStats {
     /// Traffic that may carry MCP went unread (traffic that is not HTTP at all does not
     /// count).
     pub fn may_hide_mcp(&self) -> bool {
-        self.unread.keys().any(|r| *r != "not_http") || self.packets_cut > 0
+        self.unread.keys().any(|r| *r != "not_http")
+            || self.packets_cut > 0
+            || self.h2_headers_unreadable > 0
+            || self.tls_rest_unreadable > 0
     }
 
     /// One line for a person: what was not read and what would help; `None` when all was.
@@ -953,12 +965,29 @@ impl CoverageStats {
                 "tls_handshake_missing" => {
                     "TLS whose handshake the capture missed: capture from the connections' start"
                 }
+                "gap_before_protocol" => {
+                    "connections whose first bytes the capture lost: what they speak cannot be told"
+                }
                 "not_http" => continue,
                 other => other,
             };
             parts.push(format!(
                 "{} connection(s), {} bytes: {what}",
                 t.connections, t.bytes
+            ));
+        }
+        if self.h2_headers_unreadable > 0 {
+            parts.push(format!(
+                "{} HTTP/2 header block(s) unreadable after bytes the capture lost (HPACK state \
+                 lost): the requests and answers there cannot be seen",
+                self.h2_headers_unreadable
+            ));
+        }
+        if self.tls_rest_unreadable > 0 {
+            parts.push(format!(
+                "{} TLS direction(s) not decrypted past bytes the capture lost (no later record \
+                 could be found and authenticated)",
+                self.tls_rest_unreadable
             ));
         }
         if self.packets_cut > 0 {

@@ -340,7 +340,6 @@ impl Http2Connection {
         self.abandoned
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
     pub(crate) fn stats(&self) -> &H2Stats {
         &self.stats
     }
