@@ -430,6 +430,8 @@ struct Conn {
     endpoints: (Endpoint, Endpoint),
     /// Payload bytes of both directions, for the coverage accounting.
     bytes: u64,
+    /// What the report says of the connection's TLS, made once its records decrypt.
+    tls: Option<Arc<TlsInfo>>,
     /// What the connection first gave its application stack: data, or a gap (the capture
     /// lost its first bytes, so what it speaks cannot be told).
     first: Option<bool>,
@@ -518,6 +520,7 @@ impl Shard {
                 tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 bytes: 0,
+                tls: None,
                 first: None,
                 ends: [None; 2],
                 gaps: [false; 2],
@@ -614,16 +617,20 @@ impl Shard {
         self.stats.tcp_gap_bytes += t.gap_bytes;
         self.stats.out_of_order_overflows += t.overflows;
         self.stats.http_exchanges += c.tracker.exchanges;
-        match c.app.coverage(c.tracker.exchanges > 0) {
+        // Bytes that never reached a parser as data (only gaps did), or that were not HTTP
+        // after the capture lost the first ones: what the connection spoke cannot be told.
+        let coverage = match c.app.coverage(c.tracker.exchanges > 0) {
+            Coverage::Empty if c.bytes > 0 => Coverage::Unread(Unread::GapBeforeProtocol),
+            Coverage::Unread(Unread::NotHttp) if c.first == Some(false) => {
+                Coverage::Unread(Unread::GapBeforeProtocol)
+            }
+            other => other,
+        };
+        match coverage {
             _ if c.bytes == 0 => self.stats.coverage.empty += 1,
-            Coverage::Empty => self.stats.coverage.count_read("http1", c.bytes),
+            Coverage::Empty => self.stats.coverage.empty += 1,
             Coverage::Read(how) => self.stats.coverage.count_read(how, c.bytes),
             Coverage::Unread(reason) => {
-                let reason = if reason == Unread::NotHttp && c.first == Some(false) {
-                    Unread::GapBeforeProtocol
-                } else {
-                    reason
-                };
                 let (fwd, rev) = c.endpoints;
                 let server = match c.app.client_direction() {
                     Some(Direction::Reverse) => fwd,
@@ -701,7 +708,17 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         client,
         server,
         har_entry: None,
-        tls: c.app.tls().map(|f| Arc::new(tls_info(f))),
+        tls: match (&c.tls, c.app.tls()) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(f)) => {
+                let t = Arc::new(tls_info(f));
+                if f.records_decrypted > 0 {
+                    c.tls = Some(t.clone());
+                }
+                Some(t)
+            }
+            (None, None) => None,
+        },
     };
     let overflowed = c.tcp.stats().overflows > 0;
     let mut resumes: Vec<ResumeRecord> = c
