@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use mcp_resume_audit::audit;
-use mcp_resume_audit::audit::idshape::IdPattern;
-use mcp_resume_audit::driver::{self, HumanReport, Options, Progress};
-use mcp_resume_audit::record::Limits;
+use mcp_resume_audit::{
+    self as driver, AuditOptions, DEFAULT_SESSION_MEMORY, HumanReport, IdPattern, Limits, Options,
+    Progress, Retention,
+};
 
 /// Audits MCP Streamable HTTP stream resumption in packet captures.
 ///
@@ -78,7 +78,7 @@ struct Cli {
 
     /// Memory for the exchanges of sessions not yet audited, in MiB. Past it, the least
     /// recently active sessions are audited early (counted in `sessions_retired_early`).
-    #[arg(long, value_name = "MIB", default_value_t = audit::DEFAULT_SESSION_MEMORY >> 20)]
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_SESSION_MEMORY >> 20)]
     session_memory: usize,
 
     /// TLS secrets in NSS key log format (SSLKEYLOGFILE), to decrypt HTTPS; repeatable. Keys
@@ -215,11 +215,11 @@ fn real_main() -> anyhow::Result<i32> {
             max_sse_field_bytes: cli.max_sse_field.max(16),
             ..Limits::default()
         },
-        forensic: audit::Options {
+        forensic: AuditOptions {
             id_pattern,
             views: cli.sessions,
         },
-        retention: audit::Retention {
+        retention: Retention {
             memory_bytes: cli.session_memory.saturating_mul(1 << 20),
         },
         human,

@@ -4,7 +4,8 @@
 //! `Last-Event-ID` and the first id of the resumed stream), and optionally a user pattern.
 //! Output: [`PairObs`] (what two consecutive ids of one stream say about a shape), [`Split`]
 //! (an id cut around its counter), [`IdPattern`] (a user's `--id-pattern`), the display form of
-//! a learned shape, and the part of an id that names its namespace ([`namespace_key`]).
+//! a learned shape, and the part of an id that names its namespace
+//! ([`namespace_key_hash`]).
 //! Invariants: pure functions over strings; a counter is a maximal run of ASCII digits, named
 //! by its position counted from the end of the id (0 = the last run), compared as a decimal of
 //! any length; nothing here decides a verdict, it only says which decimals to compare.
@@ -146,6 +147,7 @@ pub enum PatternError {
 }
 
 impl IdPattern {
+    /// Compiles a user's pattern, which must match a whole id and name a group `seq`.
     pub fn new(pattern: &str) -> Result<Self, PatternError> {
         let re = Regex::new(&format!("^(?:{pattern})$"))
             .map_err(|e| PatternError::Syntax(e.to_string()))?;
@@ -160,6 +162,7 @@ impl IdPattern {
         })
     }
 
+    /// The pattern as the user gave it.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -259,15 +262,10 @@ pub fn display_shape(families: &[(&str, &str)]) -> String {
     )
 }
 
-/// The part of an id that names its namespace: the id without its digits. Per-session
-/// counters (`7`, `event-7`, `7/3`) leave little or nothing; random stream ids and uuids leave
-/// most of their letters.
-pub fn namespace_key(id: &str) -> String {
-    id.chars().filter(|c| !c.is_ascii_digit()).collect()
-}
-
-/// Hash and byte length of [`namespace_key`], computed without building it (this runs for
-/// every event id). Equal keys give equal hashes however the digits split them.
+/// Hash and byte length of the part of an id that names its namespace: the id without its
+/// digits, computed without building it (this runs for every event id). Per-session counters
+/// (`7`, `event-7`, `7/3`) leave little or nothing; random stream ids and uuids leave most of
+/// their letters. Equal keys give equal hashes however the digits split them.
 pub fn namespace_key_hash(id: &[u8]) -> (u64, usize) {
     // FNV-1a over the bytes that are not digits: ids are short, and this needs no buffer.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -390,6 +388,10 @@ mod tests {
         ] {
             assert_eq!(is_successor(a, b), want, "{a} {b}");
         }
+    }
+
+    fn namespace_key(id: &str) -> String {
+        id.chars().filter(|c| !c.is_ascii_digit()).collect()
     }
 
     #[test]

@@ -59,11 +59,15 @@ pub const MAX_VIEW_EXCHANGES: usize = 1000;
 /// A frame (or HAR entry) the report cites, with its role in the proof.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cite {
+    /// What the frame shows in the proof (`resume_request`, `first_event`, ...).
     pub role: &'static str,
+    /// The frame (or HAR entry) and its time.
     pub mark: Mark,
+    /// Wireshark's `tcp.stream` of the connection; `None` on HAR input.
     pub tcp_stream: Option<u64>,
     /// The mark is a HAR entry index rather than a frame.
     pub har: bool,
+    /// The session the cited exchange belongs to, when it is not the finding's own.
     pub session_id: Option<String>,
 }
 
@@ -120,6 +124,7 @@ pub struct Cursor {
     pub cites: Vec<Cite>,
 }
 
+/// What a finding is about; docs/findings.md describes each kind and what it relies on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
@@ -129,7 +134,9 @@ pub enum FindingKind {
     DuplicateDelivery,
     /// The resumed stream delivered ids first delivered to another session.
     CrossSessionLeak,
+    /// The client resumed from a position older than one it had already been given.
     CursorStale,
+    /// The client resumed from a position it was never given.
     CursorAhead,
     /// A reconnect without `Last-Event-ID` after the session's streams carried ids.
     CursorLost,
@@ -142,6 +149,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// Every kind, in report order.
     pub const ALL: [FindingKind; 9] = [
         FindingKind::DuplicateIdInStream,
         FindingKind::DuplicateDelivery,
@@ -154,6 +162,7 @@ impl FindingKind {
         FindingKind::ListChangedAgain,
     ];
 
+    /// The name the report gives the kind.
     pub fn as_str(self) -> &'static str {
         match self {
             FindingKind::DuplicateIdInStream => "duplicate_id_in_stream",
@@ -169,6 +178,7 @@ impl FindingKind {
     }
 }
 
+/// How grave a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
@@ -180,16 +190,24 @@ pub enum Severity {
     Info,
 }
 
+/// Something the session stage proved about a session, with the frames that prove it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
+    /// What it is about.
     pub kind: FindingKind,
+    /// How grave it is.
     pub severity: Severity,
+    /// The session it is about, when known.
     pub session_id: Option<String>,
+    /// One sentence for a person.
     pub detail: String,
+    /// The event id (or JSON-RPC id) concerned, when one is.
     pub id: Option<String>,
+    /// The other session, for a cross-session leak.
     pub other_session_id: Option<String>,
     /// The resume request this finding belongs to.
     pub resume: Option<Cite>,
+    /// The frames that prove it.
     pub cites: Vec<Cite>,
 }
 
@@ -217,13 +235,21 @@ pub struct ResumeView {
 /// One session: its exchanges in capture order, resumes, and findings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionView {
+    /// `Mcp-Session-Id`.
     pub session_id: String,
+    /// `MCP-Protocol-Version` values the session's requests sent.
     pub protocol_versions: Vec<String>,
+    /// Its first and last frame.
     pub first: Mark,
+    /// See `first`.
     pub last: Mark,
+    /// Its exchanges, the first 1000 of them.
     pub exchanges: Vec<ExchangeSummary>,
+    /// Exchanges beyond that limit, counted.
     pub exchanges_omitted: u64,
+    /// Its resumes.
     pub resumes: Vec<ResumeView>,
+    /// Its findings.
     pub findings: Vec<Finding>,
 }
 

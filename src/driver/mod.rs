@@ -61,6 +61,7 @@ pub struct Options {
     /// the reader and the session stage; several inputs: N inputs at a time, each on one
     /// thread).
     pub threads: usize,
+    /// Bounds on memory and on what is kept (`--max-*`).
     pub limits: Limits,
     /// Advanced by the capture bytes read, over all inputs (its length is the caller's to set);
     /// finished and cleared before [`run`] writes any message.
@@ -85,11 +86,14 @@ pub struct Options {
 /// port) or `:PORT` (any address).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointFilter {
+    /// The address, or any.
     pub ip: Option<std::net::IpAddr>,
+    /// The port, or any.
     pub port: Option<u16>,
 }
 
 impl EndpointFilter {
+    /// True when `e` is a server this filter names.
     pub fn matches(&self, e: &Endpoint) -> bool {
         self.ip.is_none_or(|ip| ip == e.ip) && self.port.is_none_or(|p| p == e.port)
     }
@@ -167,6 +171,7 @@ impl TlsKeys {
         self.0.len()
     }
 
+    /// No secret is known.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -207,19 +212,31 @@ const PROGRESS_STEP_BYTES: u64 = 4 << 20;
 /// Counters of one input.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InputStats {
+    /// Packets (or HAR entries) read.
     pub packets: u64,
+    /// Packets that gave no TCP segment, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
+    /// TCP connections seen.
     pub tcp_connections: u64,
+    /// HTTP exchanges seen.
     pub http_exchanges: u64,
+    /// Holes in TCP streams given up as gaps, and their bytes.
     pub tcp_gaps: u64,
+    /// See `tcp_gaps`.
     pub tcp_gap_bytes: u64,
+    /// Holes given up because `--max-out-of-order` was reached.
     pub out_of_order_overflows: u64,
+    /// Connections evicted to stay within `--max-connections`.
     pub connections_evicted: u64,
+    /// Anomalies the parsers recovered from, by name.
     pub anomalies: BTreeMap<String, u64>,
     /// Session facts dropped by per-stream caps, and exchanges left out of the session stage.
     pub facts_dropped: u64,
+    /// See `facts_dropped`.
     pub exchanges_not_audited: u64,
+    /// Sessions audited early to stay within `--session-memory`.
     pub sessions_retired_early: u64,
+    /// What was read, what was not, and why.
     pub coverage: CoverageStats,
 }
 
@@ -248,14 +265,17 @@ impl InputStats {
 /// What one input gave.
 #[derive(Debug, Default)]
 pub struct InputReport {
+    /// The input's name, as messages and the report cite it.
     pub input: String,
     /// The records, in report order, when the caller collects them ([`analyze_reader`]).
     pub resumes: Vec<ResumeRecord>,
     /// Findings of the session stage tied to no resume, and the session views.
     pub findings: Vec<Finding>,
+    /// See `findings`.
     pub views: Vec<SessionView>,
     /// Hashes of the session ids seen.
     pub sessions: BTreeSet<u64>,
+    /// Its counters.
     pub stats: InputStats,
     /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
     pub messages: Vec<(bool, String)>,
@@ -282,6 +302,7 @@ impl InputReport {
         self
     }
 
+    /// True when the input could not be read, wholly or in part.
     pub fn failed(&self) -> bool {
         self.messages.iter().any(|(e, _)| *e)
     }
@@ -1199,7 +1220,9 @@ fn har_session_stage(
 /// The outcome of a whole run, for the exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOutcome {
+    /// Some resume was not `correct`, or an error finding was made.
     pub findings: bool,
+    /// Some input could not be read, wholly or in part.
     pub input_errors: bool,
     /// Traffic that may carry MCP was not read (TLS, HTTP/2, packets cut by the snap length).
     pub unread: bool,

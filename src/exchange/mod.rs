@@ -91,21 +91,33 @@ pub struct TlsInfo {
 /// One resume: a request carrying `Last-Event-ID`, what came back, and the verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResumeRecord {
+    /// `Mcp-Session-Id` of the resume request (or of its answer, or of its URL).
     pub session_id: Option<String>,
+    /// The verdict, its reason, and the lost or replayed range.
     pub decision: Decision,
+    /// `Last-Event-ID` exactly as sent.
     pub last_event_id: String,
+    /// The first `id:` of the answer's stream, exactly as received.
     pub first_event_id: Option<String>,
     /// For `capture_incomplete` after missing bytes: the first id the capture holds after them.
     pub first_id_after_gap: Option<String>,
     /// The first id was longer than the field limit and is cut.
     pub first_event_id_truncated: bool,
+    /// The request method.
     pub method: String,
+    /// The request target.
     pub target: String,
+    /// `MCP-Protocol-Version` of the request.
     pub protocol_version: Option<String>,
+    /// The frame of the request head's first byte.
     pub request: Mark,
+    /// The answer's status, when captured.
     pub status: Option<u16>,
+    /// The answer's `Content-Type`.
     pub content_type: Option<String>,
+    /// The frame of the answer head's first byte.
     pub response: Option<Mark>,
+    /// The frame that completed the first event carrying an id.
     pub first_event: Option<Mark>,
     /// Events (blocks with fields) seen on the stream before the first one carrying an id.
     pub events_before_first_id: u64,
@@ -118,6 +130,7 @@ pub struct ResumeRecord {
     pub stream_end: Option<BodyEnd>,
     /// The last frame that belongs to the proof (first event, else the end of the answer).
     pub last_proof: Mark,
+    /// The connection: endpoints, `tcp.stream`, TLS facts.
     pub connection: ConnectionRef,
     /// 0-based index of the exchange on its connection: joins the record to its summary.
     pub exchange: u32,
@@ -566,15 +579,18 @@ pub struct ExchangeTracker {
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
+    /// Session ids seen on the connection.
     pub session_ids: BTreeSet<String>,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
     /// session stage knows from them which sessions are still active.
     pub opened: Vec<(u32, String)>,
+    /// Anomalies the parsers recovered from, up to a bound.
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
     pub exchanges: u64,
     /// Facts dropped by the per-stream caps, and summaries by the per-connection cap.
     pub facts_dropped: u64,
+    /// See `facts_dropped`.
     pub summaries_dropped: u64,
     keep_summaries: bool,
     /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
@@ -587,6 +603,7 @@ pub struct ExchangeTracker {
 const MAX_ANOMALIES_KEPT: usize = 64;
 
 impl ExchangeTracker {
+    /// A tracker for a new connection.
     pub fn new(limits: &Limits) -> Self {
         ExchangeTracker {
             limits: limits.clone(),

@@ -35,19 +35,28 @@ use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 /// Control bits of a TCP header that reassembly looks at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpFlags {
+    /// SYN: opens a direction.
     pub syn: bool,
+    /// ACK: the acknowledgment number is valid.
     pub ack: bool,
+    /// FIN: the sender closed its direction.
     pub fin: bool,
+    /// RST: the connection was reset.
     pub rst: bool,
 }
 
 /// One captured TCP segment of a connection.
 #[derive(Clone, Copy, Debug)]
 pub struct TcpSegment<'a> {
+    /// Sequence number of the first payload byte.
     pub seq: u32,
+    /// Acknowledgment number.
     pub ack: u32,
+    /// The control bits.
     pub flags: TcpFlags,
+    /// The payload as captured.
     pub payload: &'a [u8],
+    /// The frame that carried the segment.
     pub mark: Mark,
 }
 
@@ -487,6 +496,8 @@ pub struct TcpConnection {
 }
 
 impl TcpConnection {
+    /// A connection with nothing seen yet; out-of-order bytes are buffered up to
+    /// `limits.max_out_of_order_bytes` per direction.
     pub fn new(limits: &Limits) -> Self {
         let max = limits.max_out_of_order_bytes;
         TcpConnection {
@@ -565,6 +576,7 @@ impl TcpConnection {
         }
     }
 
+    /// Counters of both directions together.
     pub fn stats(&self) -> TcpStats {
         let mut total = TcpStats::default();
         for half in &self.halves {

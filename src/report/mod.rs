@@ -529,9 +529,6 @@ impl HumanNotes {
     }
 }
 
-/// Writes, for a person, what went wrong in one input: per session, each resume that is not
-/// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
-/// then findings tied to no resume. Sessions where all is well are only counted.
 /// How a verdict is shown on a terminal (the styles are dropped where colour is off): an
 /// accusation in red, what the capture cannot tell in yellow, a correct resume in green.
 fn verdict_style(v: Verdict) -> anstyle::Style {
@@ -545,6 +542,9 @@ fn verdict_style(v: Verdict) -> anstyle::Style {
     anstyle::Style::new().fg_color(Some(colour.into())).bold()
 }
 
+/// Writes, for a person, what went wrong in one input: per session, each resume that is not
+/// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
+/// then findings tied to no resume. Sessions where all is well are only counted.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,

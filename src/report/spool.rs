@@ -69,6 +69,7 @@ pub struct Spool {
     pub summary: Summary,
     /// A resume with a finding verdict, or an error finding.
     pub findings: bool,
+    /// What the plain-text account needs, when one is written.
     pub human: Option<HumanNotes>,
     /// The first error of the temporary file, if any; lines are then kept in memory.
     pub spill_error: Option<String>,
@@ -80,6 +81,7 @@ const FINDINGS: u8 = 1;
 const VIEWS: u8 = 2;
 
 impl Spool {
+    /// An empty spool for `input`, collecting for the plain-text account when `human`.
     pub fn new(input: &str, human: bool) -> Self {
         Spool::with_memory(input, human, SPOOL_MEMORY)
     }
