@@ -1,7 +1,7 @@
 //! The command-line program: arguments (clap), the progress bar, where the report goes, and
 //! the exit status. Everything else is the library's; it takes no terminal types.
 
-use std::io::{BufWriter, IsTerminal};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -241,7 +241,14 @@ fn real_main() -> anyhow::Result<i32> {
             let tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
             let mut tmp = tmp;
-            let mut out = BufWriter::new(anstream::StripStream::new(tmp.as_file_mut()));
+            // Only the text account carries styles: JSON Lines skip the stripping pass.
+            let file = tmp.as_file_mut();
+            let inner: Box<dyn Write + '_> = if opts.human == HumanReport::Instead {
+                Box::new(anstream::StripStream::new(file))
+            } else {
+                Box::new(file)
+            };
+            let mut out = BufWriter::new(inner);
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
             out.into_inner().map_err(|e| e.into_error())?;
             tmp.persist(path)
@@ -250,7 +257,12 @@ fn real_main() -> anyhow::Result<i32> {
         }
         None => {
             let stdout = std::io::stdout();
-            let mut out = BufWriter::new(anstream::AutoStream::auto(stdout.lock()));
+            let inner: Box<dyn Write> = if opts.human == HumanReport::Instead {
+                Box::new(anstream::AutoStream::auto(stdout.lock()))
+            } else {
+                Box::new(stdout.lock())
+            };
+            let mut out = BufWriter::new(inner);
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
             match o {
                 Ok(o) => o,
