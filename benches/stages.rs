@@ -153,6 +153,7 @@ fn stage() -> Staged {
         format: workload::Format::Pcap,
         seed: 7,
         sessions: None,
+        mix: workload::Mix::Default,
         wire: Default::default(),
     };
     let mut capture = Vec::with_capacity(CAPTURE_BYTES as usize + (1 << 20));
