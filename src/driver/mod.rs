@@ -30,7 +30,9 @@ use crate::exchange::{
     ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
 };
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
+use crate::input::compressed::Codec;
 use crate::input::har;
+use crate::input::set::{self, CaptureSet, Input};
 use crate::net::decode::{self, Endpoint, Skip};
 use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
 use crate::net::tcp::{TcpConnection, TcpSegment};
@@ -79,6 +81,8 @@ pub struct Options {
     pub ignore: Vec<EndpointFilter>,
     /// `--html FILE`: also write the report as one HTML page there, from the same lines.
     pub html: Option<PathBuf>,
+    /// `--merge`: every capture file given is one capture (a set the names do not show).
+    pub merge: bool,
 }
 
 /// A server endpoint to leave out of the unread traffic: `IP:PORT`, `[IPv6]:PORT`, `IP` (any
@@ -196,6 +200,7 @@ impl Default for Options {
             tls: TlsKeys::default(),
             ignore: Vec::new(),
             html: None,
+            merge: false,
         }
     }
 }
@@ -343,9 +348,22 @@ pub fn analyze_reader_into<R: Read>(
     }
     let prefix = &head[..got];
     let chained = prefix.chain(src);
+    if let Some(codec) = Codec::sniff(prefix) {
+        // One layer of compression: what it holds must be a capture or a HAR.
+        let inner = Decompressed {
+            codec,
+            src: codec.decoder(chained),
+        };
+        return analyze_decompressed(name, inner, opts, sink);
+    }
     match capture::sniff(prefix) {
         Some(InputKind::Pcap | InputKind::PcapNg) => {
-            analyze_capture(name, chained, opts, &mut report, sink)
+            let one = Member {
+                no: 0,
+                name: name.to_string(),
+                src: Ok(Box::new(chained)),
+            };
+            analyze_capture(&mut std::iter::once(one), opts, &mut report, sink)
         }
         Some(InputKind::Json) => {
             let exchanges = har::read_har(name, chained, &opts.limits);
@@ -360,6 +378,102 @@ pub fn analyze_reader_into<R: Read>(
         )),
     }
     report
+}
+
+/// Analyzes a capture set: its files one after the other as one capture, in the order of
+/// `set.members` (see [`CaptureSet::order_by_time`]); its records go to `sink`, their frames
+/// numbered per member ([`crate::record::member_frame`]).
+pub fn analyze_set_into(
+    set: &CaptureSet,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut report = InputReport::new(&set.name);
+    let mut members = set.members.iter().enumerate().map(|(i, path)| Member {
+        no: i as u64 + 1,
+        name: path.display().to_string(),
+        src: open_member(path),
+    });
+    analyze_capture(&mut members, opts, &mut report, sink);
+    report
+}
+
+/// A file of a set, decompressed when it is compressed.
+fn open_member(path: &Path) -> Result<Box<dyn Read>, String> {
+    let name = path.display();
+    let mut f = File::open(path).map_err(|e| format!("{name}: cannot open: {e}"))?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("{name}: offset {got}: read error: {e}")),
+        }
+    }
+    let src = std::io::Cursor::new(head[..got].to_vec()).chain(f);
+    Ok(match Codec::sniff(&head[..got]) {
+        Some(codec) => Box::new(Decompressed {
+            codec,
+            src: codec.decoder(src),
+        }),
+        None => Box::new(src),
+    })
+}
+
+/// The decompressed bytes of an input, whose read errors say they come from the codec.
+struct Decompressed<'a> {
+    codec: Codec,
+    src: Box<dyn Read + 'a>,
+}
+
+impl Read for Decompressed<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.src.read(out).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{} decompression: {e}", self.codec.name()),
+            )
+        })
+    }
+}
+
+/// [`analyze_reader_into`] on what a compressed input holds; compressed again is refused (a
+/// bomb of nested layers gains nothing).
+fn analyze_decompressed(
+    name: &str,
+    mut src: Decompressed<'_>,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match src.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let mut r = InputReport::new(name);
+                r.error(format!(
+                    "{name}: offset {got} (decompressed): read error: {e}"
+                ));
+                return r;
+            }
+        }
+    }
+    if let Some(again) = Codec::sniff(&head[..got]) {
+        let mut r = InputReport::new(name);
+        r.error(format!(
+            "{name}: offset 0 (decompressed): {} inside {}: nested compression is not read",
+            again.name(),
+            src.codec.name()
+        ));
+        return r;
+    }
+    let prefix = head[..got].to_vec();
+    analyze_reader_into(name, std::io::Cursor::new(prefix).chain(src), opts, sink)
 }
 
 impl From<FlowEvent> for ShardMsg {
@@ -989,93 +1103,140 @@ impl Dispatch for Threaded {
     }
 }
 
-/// Reads the capture, classifies packets and feeds them to `sink`. Returns the last mark.
-fn read_packets<R: Read, D: Dispatch>(
-    name: &str,
-    src: R,
+/// A file of the capture being read: its number in a set (0 when the input is one file), the
+/// name its messages give, and its bytes (or why they cannot be had).
+struct Member<'a> {
+    no: u64,
+    name: String,
+    src: Result<Box<dyn Read + 'a>, String>,
+}
+
+/// Reads the capture (the files of a set one after the other, as one), classifies packets and
+/// feeds them to `sink`. Returns the last mark.
+fn read_packets<'a, D: Dispatch>(
+    members: &mut dyn Iterator<Item = Member<'a>>,
     opts: &Options,
     sink: &mut D,
     report: &mut InputReport,
 ) -> (Mark, FlowTable) {
     let mut table = FlowTable::new(opts.limits.max_connections);
     let mut last = Mark::default();
-    let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            report.error(format!("{name}: {e}"));
-            return (last, table);
-        }
-    };
     let mut ends = Vec::new();
-    let mut progress_shown = 0;
     let mut keys = opts.tls.0.clone();
-    loop {
-        if let Some(bar) = &opts.progress {
-            let at = reader.position();
-            if at - progress_shown >= PROGRESS_STEP_BYTES {
-                bar.advance(at - progress_shown);
-                progress_shown = at;
-            }
-        }
-        let packet = match reader.next_record() {
-            Ok(Some(Record::Packet(p))) => p,
-            Ok(Some(Record::TlsKeyLog(text))) => {
-                let mut more = (*keys).clone();
-                more.add_nss(text, KeySource::Embedded);
-                keys = Arc::new(more);
-                sink.control(ShardMsg::Keys(keys.clone()));
+    // The file read before, and the time of its last packet.
+    let mut before: Option<(String, i64)> = None;
+    for member in members {
+        let name = member.name.as_str();
+        let src = match member.src {
+            Ok(src) => src,
+            Err(e) => {
+                report.error(e);
                 continue;
             }
-            Ok(None) => break,
+        };
+        let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
+            Ok(r) => r,
             Err(e) => {
-                report.error(format!(
-                    "{name}: {e} (after frame {}); analyzed up to there",
-                    report.stats.packets
-                ));
-                break;
+                report.error(format!("{name}: {e}"));
+                continue;
             }
         };
-        report.stats.packets += 1;
-        let mark = Mark::new(packet.frame, packet.time_ns);
-        last = mark;
-        if (packet.orig_len as usize) > packet.data.len() {
-            report.stats.coverage.count_cut(packet.data.len() as u64);
-        }
-        match decode::decode(packet.linktype, packet.data) {
-            Ok(tcp) => {
-                let msg = table.classify(&tcp, mark, packet.frame, |e| sink.control(e.into()));
-                sink.packet(msg, tcp.payload);
+        let base = frame_base(member.no);
+        let mut progress_shown = 0;
+        let mut packets = 0u64;
+        let mut times: Option<(i64, i64)> = None;
+        loop {
+            if let Some(bar) = &opts.progress {
+                let at = reader.position();
+                if at - progress_shown >= PROGRESS_STEP_BYTES {
+                    bar.advance(at - progress_shown);
+                    progress_shown = at;
+                }
             }
-            Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
-        }
-        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
-            table.sweep(mark, &mut ends);
-            for e in ends.drain(..) {
-                sink.control(e.into());
+            let packet = match reader.next_record() {
+                Ok(Some(Record::Packet(p))) => p,
+                Ok(Some(Record::TlsKeyLog(text))) => {
+                    let mut more = (*keys).clone();
+                    more.add_nss(text, KeySource::Embedded);
+                    keys = Arc::new(more);
+                    sink.control(ShardMsg::Keys(keys.clone()));
+                    continue;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    report.error(format!(
+                        "{name}: {e} (after frame {packets}); analyzed up to there"
+                    ));
+                    break;
+                }
+            };
+            packets += 1;
+            report.stats.packets += 1;
+            let frame = base | packet.frame;
+            let mark = Mark::new(frame, packet.time_ns);
+            last = mark;
+            if packet.time_ns != 0 {
+                let (first, _) = times.unwrap_or((packet.time_ns, packet.time_ns));
+                times = Some((first, packet.time_ns));
             }
+            if (packet.orig_len as usize) > packet.data.len() {
+                report.stats.coverage.count_cut(packet.data.len() as u64);
+            }
+            match decode::decode(packet.linktype, packet.data) {
+                Ok(tcp) => {
+                    let msg = table.classify(&tcp, mark, frame, |e| sink.control(e.into()));
+                    sink.packet(msg, tcp.payload);
+                }
+                Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
+            }
+            if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
+                table.sweep(mark, &mut ends);
+                for e in ends.drain(..) {
+                    sink.control(e.into());
+                }
+            }
+            sink.frame_done(frame);
         }
-        sink.frame_done(packet.frame);
-    }
-    if let Some(bar) = &opts.progress {
-        bar.advance(reader.position().saturating_sub(progress_shown));
-    }
-    if let Some(at) = reader.truncated_at() {
-        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
-        // Read in part: counted as a failed input, though every whole packet was analyzed.
-        report.error(format!(
-            "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
-        ));
-    }
-    let skipped = reader.skipped_records();
-    if skipped > 0 {
-        *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+        if let Some(bar) = &opts.progress {
+            bar.advance(reader.position().saturating_sub(progress_shown));
+        }
+        if let Some(at) = reader.truncated_at() {
+            *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
+            // Read in part: counted as a failed input, though every whole packet was analyzed.
+            report.error(format!(
+                "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
+            ));
+        }
+        let skipped = reader.skipped_records();
+        if skipped > 0 {
+            *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+        }
+        if let (Some((prev, prev_end)), Some((first, _))) = (&before, times)
+            && first < *prev_end
+        {
+            report.messages.push((
+                false,
+                format!(
+                    "{name}: its first packet ({}) is older than the last one of {prev} ({}): \
+                     the files overlap in time or the clock went back; read one after the other",
+                    report::rfc3339_micros(first),
+                    report::rfc3339_micros(*prev_end)
+                ),
+            ));
+        }
+        if let Some((_, end)) = times {
+            before = Some((name.to_string(), end));
+        }
     }
     (last, table)
 }
 
-fn analyze_capture<R: Read>(
-    name: &str,
-    src: R,
+fn frame_base(member: u64) -> u64 {
+    member << crate::record::MEMBER_SHIFT
+}
+
+fn analyze_capture<'a>(
+    members: &mut dyn Iterator<Item = Member<'a>>,
     opts: &Options,
     report: &mut InputReport,
     sink: &mut dyn audit::Sink,
@@ -1085,7 +1246,7 @@ fn analyze_capture<R: Read>(
             shard: Shard::new(&opts.limits, opts.tls.0.clone(), opts.ignore.clone().into()),
             merger: Merger::new(1, opts, sink),
         };
-        let (last, table) = read_packets(name, src, opts, &mut inline, report);
+        let (last, table) = read_packets(members, opts, &mut inline, report);
         report.stats.connections_evicted = table.evicted;
         let Inline { shard, mut merger } = inline;
         let mut shard = shard.finish(last);
@@ -1144,7 +1305,7 @@ fn analyze_capture<R: Read>(
                 spare,
                 done: 0,
             };
-            let (last, table) = read_packets(name, src, opts, &mut threaded, report);
+            let (last, table) = read_packets(members, opts, &mut threaded, report);
             report.stats.connections_evicted = table.evicted;
             for s in 0..n {
                 threaded.flush(s);
@@ -1248,14 +1409,33 @@ pub fn run<W: Write, E: Write>(
     } else {
         opts
     };
-    let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let plan = set::plan(inputs, opts.merge);
+    let inputs: Vec<(Input, Vec<(bool, String)>)> = plan
+        .inputs
+        .into_iter()
+        .map(|i| match i {
+            Input::Set(mut s) => {
+                let warnings = s.order_by_time(opts.limits.max_block_bytes);
+                (Input::Set(s), warnings)
+            }
+            one => (one, Vec::new()),
+        })
+        .collect();
+    let names: Vec<String> = inputs.iter().map(|(i, _)| i.name()).collect();
     let mut html = match &opts.html {
         Some(path) => Some(HtmlReport::create(path, &names)?),
         None => None,
     };
-    let one = |p: &PathBuf, o: &Options| {
-        let mut spool = Spool::new(&p.display().to_string(), human);
-        let report = analyze_path_into(p, o, &mut spool);
+    let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {
+        let mut spool = Spool::new(&input.name(), human);
+        let mut report = match input {
+            Input::One(p) => analyze_path_into(p, o, &mut spool),
+            Input::Set(s) => {
+                spool.files = Some(s.members.iter().map(|p| p.display().to_string()).collect());
+                analyze_set_into(s, o, &mut spool)
+            }
+        };
+        report.messages.splice(0..0, warnings.iter().cloned());
         (report, spool)
     };
     let mut reports: Vec<(InputReport, Spool)> = if inputs.len() > 1 && opts.threads > 1 {
@@ -1281,6 +1461,24 @@ pub fn run<W: Write, E: Write>(
         input_errors: false,
         unread: false,
     };
+    // What the paths themselves gave: a directory that holds nothing to read is an input that
+    // failed.
+    for (is_error, text) in &plan.messages {
+        writeln!(
+            err,
+            "{}: {text}",
+            if *is_error { "error" } else { "warning" }
+        )?;
+        if *is_error {
+            outcome.input_errors = true;
+            summary.problems.push(InputProblem {
+                input: text.split(": ").next().unwrap_or_default().to_string(),
+                error: text.clone(),
+            });
+            summary.inputs += 1;
+            summary.inputs_failed += 1;
+        }
+    }
     let mut no_json = std::io::sink();
     let json: &mut dyn Write = if opts.human == HumanReport::Instead {
         &mut no_json
@@ -1332,6 +1530,11 @@ pub fn run<W: Write, E: Write>(
             http_exchanges: r.stats.http_exchanges,
             resumes: spool.summary.resumes,
             coverage,
+            files: spool
+                .files
+                .as_deref()
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
         });
         summary.absorb_counts(&spool.summary);
         outcome.findings |= spool.findings;
@@ -1366,7 +1569,9 @@ pub fn run<W: Write, E: Write>(
     if let Some(h) = human {
         for (r, spool) in &mut reports {
             if let Some(notes) = spool.human.as_mut() {
-                report::write_human_input(h, &r.input, notes)?;
+                report::files::with_files(spool.files.as_ref(), || {
+                    report::write_human_input(h, &r.input, notes)
+                })?;
             }
         }
         report::write_human_summary(h, &summary)?;
