@@ -168,6 +168,22 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
         alone.into_iter().map(|(i, f)| (i, Input::One(f))).collect();
     for (_, (first, pattern, kind, mut members)) in groups {
         members.sort();
+        // A ring buffer numbers its files without holes: a hole is a file that is missing.
+        let missing: Vec<u64> = members
+            .windows(2)
+            .filter(|w| w[1].0 > w[0].0.saturating_add(1))
+            .map(|w| w[0].0 + 1)
+            .collect();
+        if let Some(m) = missing.first().filter(|_| members.len() > 1) {
+            plan.messages.push((
+                false,
+                format!(
+                    "{pattern}: the file numbered {m} is missing ({} hole(s) in the numbers): \
+                     what it held is read as lost",
+                    missing.len()
+                ),
+            ));
+        }
         if members.len() == 1 {
             placed.push((first, Input::One(members.remove(0).1)));
         } else {
@@ -355,11 +371,11 @@ fn ring_name(path: &Path) -> Option<RingName> {
         key: format!("tcpdump\0{dir}\0{stem}"),
         pattern: format!("{dir}{stem}*"),
         kind: SetKind::Tcpdump,
-        // The file without a number is the first (`-C` without `-W`).
+        // The file without a number is the first (`-C` without `-W`), before `1`.
         seq: if n.is_empty() {
             0
         } else {
-            n.parse::<u64>().map_or(u64::MAX, |v| v.saturating_add(1))
+            n.parse::<u64>().unwrap_or(u64::MAX)
         },
     })
 }
@@ -465,9 +481,9 @@ mod tests {
         );
         assert_eq!(
             ring("/x/trace.pcap12.zst"),
-            Some(("/x/trace.pcap*".into(), SetKind::Tcpdump, 13))
+            Some(("/x/trace.pcap*".into(), SetKind::Tcpdump, 12))
         );
-        assert_eq!(ring("/x/trace.PCAPNG3").map(|r| r.2), Some(4));
+        assert_eq!(ring("/x/trace.PCAPNG3").map(|r| r.2), Some(3));
         // Digits before the extension are a name, not a ring buffer's number.
         assert_eq!(ring("host1.json"), None);
         assert_eq!(ring("capture1.har"), None);
