@@ -42,6 +42,12 @@ struct Cli {
     #[arg(long)]
     merge: bool,
 
+    /// Every capture input (file, set or directory) is a capture point of one incident — a
+    /// client, a proxy, backends: their packets are merged by time and audited together, so a
+    /// session seen at several points is one session; each citation names its file.
+    #[arg(long)]
+    fleet: bool,
+
     /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
     /// FILE is replaced only when the run is over; an input is never overwritten.
     #[arg(short, long, value_name = "FILE")]
@@ -233,6 +239,7 @@ fn real_main() -> anyhow::Result<i32> {
         progress: progress_bar(&cli),
         html: cli.html.clone(),
         merge: cli.merge,
+        fleet: cli.fleet,
     };
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.

@@ -32,6 +32,7 @@ use crate::exchange::{
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::compressed::Codec;
 use crate::input::har;
+use crate::input::merge::{FrameMap, MergedCapture};
 use crate::input::set::{self, CaptureSet, Input};
 use crate::net::decode::{self, Endpoint, Skip};
 use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
@@ -83,6 +84,9 @@ pub struct Options {
     pub html: Option<PathBuf>,
     /// `--merge`: every capture file given is one capture (a set the names do not show).
     pub merge: bool,
+    /// `--fleet`: every capture input is a capture point of one incident; they are merged by
+    /// time into one capture with one session stage.
+    pub fleet: bool,
 }
 
 /// A server endpoint to leave out of the unread traffic: `IP:PORT`, `[IPv6]:PORT`, `IP` (any
@@ -201,6 +205,7 @@ impl Default for Options {
             ignore: Vec::new(),
             html: None,
             merge: false,
+            fleet: false,
         }
     }
 }
@@ -396,6 +401,47 @@ pub fn analyze_set_into(
     });
     analyze_capture(&mut members, opts, &mut report, sink);
     report
+}
+
+/// Analyzes capture points merged by time ([`MergedCapture`]) as one capture.
+pub fn analyze_merged_into(
+    name: &str,
+    merged: MergedCapture,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut report = InputReport::new(name);
+    // The merged stream's blocks carry a few bytes more than the records they hold.
+    let opts = Options {
+        limits: Limits {
+            max_block_bytes: max_block(opts).saturating_add(64),
+            ..opts.limits.clone()
+        },
+        ..opts.clone()
+    };
+    let one = Member {
+        no: 0,
+        name: name.to_string(),
+        src: Ok(Box::new(merged)),
+    };
+    analyze_capture(&mut std::iter::once(one), &opts, &mut report, sink);
+    report
+}
+
+fn max_block(opts: &Options) -> usize {
+    opts.limits.max_block_bytes
+}
+
+/// The merged stream's frames, named by the file each came from.
+struct MergedNames(Arc<FrameMap>);
+
+impl report::files::FrameNames for MergedNames {
+    fn locate(&self, frame: u64) -> Option<(String, u64)> {
+        self.0.locate(frame).map(|(f, l)| (f.to_string(), l))
+    }
+    fn files(&self) -> Vec<String> {
+        self.0.files.clone()
+    }
 }
 
 /// A file of a set, decompressed when it is compressed.
@@ -1409,12 +1455,18 @@ pub fn run<W: Write, E: Write>(
     } else {
         opts
     };
-    let plan = set::plan(inputs, opts.merge);
-    let inputs: Vec<(Input, Vec<(bool, String)>)> = plan
-        .inputs
+    let mut plan = set::plan(inputs, opts.merge);
+    let planned = if opts.fleet {
+        let (inputs, warnings) = set::points(std::mem::take(&mut plan.inputs), max_block(opts));
+        plan.messages.extend(warnings);
+        inputs
+    } else {
+        std::mem::take(&mut plan.inputs)
+    };
+    let inputs: Vec<(Input, Vec<(bool, String)>)> = planned
         .into_iter()
         .map(|i| match i {
-            Input::Set(mut s) => {
+            Input::Set(mut s) if !opts.fleet => {
                 let warnings = s.order_by_time(opts.limits.max_block_bytes);
                 (Input::Set(s), warnings)
             }
@@ -1431,8 +1483,20 @@ pub fn run<W: Write, E: Write>(
         let mut report = match input {
             Input::One(p) => analyze_path_into(p, o, &mut spool),
             Input::Set(s) => {
-                spool.files = Some(s.members.iter().map(|p| p.display().to_string()).collect());
+                spool.files = Some(Arc::new(report::files::SetFiles(
+                    s.members.iter().map(|p| p.display().to_string()).collect(),
+                )));
                 analyze_set_into(s, o, &mut spool)
+            }
+            Input::Points(points) => {
+                let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
+                let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
+                spool.files = Some(Arc::new(MergedNames(map)));
+                let mut report = analyze_merged_into(&input.name(), merged, o, &mut spool);
+                if let Ok(mut m) = messages.lock() {
+                    report.messages.append(&mut m);
+                }
+                report
             }
         };
         report.messages.splice(0..0, warnings.iter().cloned());
@@ -1530,11 +1594,7 @@ pub fn run<W: Write, E: Write>(
             http_exchanges: r.stats.http_exchanges,
             resumes: spool.summary.resumes,
             coverage,
-            files: spool
-                .files
-                .as_deref()
-                .map(<[String]>::to_vec)
-                .unwrap_or_default(),
+            files: spool.files.as_ref().map(|f| f.files()).unwrap_or_default(),
         });
         summary.absorb_counts(&spool.summary);
         outcome.findings |= spool.findings;

@@ -35,6 +35,8 @@ use crate::input::compressed::Codec;
 pub enum Input {
     One(PathBuf),
     Set(CaptureSet),
+    /// Capture points of one incident (`--fleet`), merged by time: each a file or a set.
+    Points(Vec<CaptureSet>),
 }
 
 impl Input {
@@ -43,6 +45,11 @@ impl Input {
         match self {
             Input::One(p) => p.display().to_string(),
             Input::Set(s) => s.name.clone(),
+            Input::Points(ps) => ps
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + "),
         }
     }
 }
@@ -80,6 +87,43 @@ pub struct Plan {
 /// Directory levels walked at most (a guard against symbolic-link loops that the
 /// canonical-path check would miss).
 const MAX_DEPTH: usize = 32;
+
+/// Gathers every capture input (files and sets; HARs and standard input stay inputs of their
+/// own) into one input of capture points, each set's members put in time order first.
+pub fn points(inputs: Vec<Input>, max_block: usize) -> (Vec<Input>, Vec<(bool, String)>) {
+    let mut points = Vec::new();
+    let mut rest = Vec::new();
+    let mut messages = Vec::new();
+    let mut at = None;
+    for (i, input) in inputs.into_iter().enumerate() {
+        match input {
+            Input::One(p) if p.as_os_str() != "-" && content(&p) != Content::Har => {
+                at.get_or_insert(i);
+                points.push(CaptureSet {
+                    name: p.display().to_string(),
+                    kind: SetKind::Declared,
+                    members: vec![p],
+                });
+            }
+            Input::Set(mut s) => {
+                at.get_or_insert(i);
+                messages.extend(s.order_by_time(max_block));
+                points.push(s);
+            }
+            Input::Points(ps) => points.extend(ps),
+            other => rest.push(other),
+        }
+    }
+    if points.len() < 2 {
+        rest.extend(points.into_iter().map(|s| match s.members.len() {
+            1 => Input::One(s.members[0].clone()),
+            _ => Input::Set(s),
+        }));
+        return (rest, messages);
+    }
+    rest.insert(at.unwrap_or(0).min(rest.len()), Input::Points(points));
+    (rest, messages)
+}
 
 /// Makes the run's inputs from the command line's paths.
 pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {

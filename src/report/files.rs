@@ -1,8 +1,9 @@
-//! Citations into a capture set: the file a frame is in, and its number in that file, so that
-//! Wireshark opens the right file at the right frame.
+//! Citations into a capture set or a merged run: the file a frame is in, and its number in that
+//! file, so that Wireshark opens the right file at the right frame.
 //!
-//! Input: frame numbers as the pipeline carries them ([`crate::record::member_frame`]), and the
-//! names of the set's files in reading order, given for the writing of one record.
+//! Input: frame numbers as the pipeline carries them (a set's: [`crate::record::member_frame`];
+//! a merged run's: its merged stream's), and how to name them ([`FrameNames`]), given for the
+//! writing of one record.
 //! Output: `(file, frame)` for the report; a lone file's frames have no file and stay as they
 //! are, so the report of one file is unchanged.
 //! Invariants: the names are installed only for the length of one call ([`with_files`]) on the
@@ -13,13 +14,35 @@ use std::sync::Arc;
 
 use crate::record::member_frame;
 
-thread_local! {
-    static FILES: RefCell<Option<Arc<[String]>>> = const { RefCell::new(None) };
+/// How the frames of an input made of several files are named.
+pub trait FrameNames: Send + Sync {
+    /// The file holding `frame` and the frame's number there; `None` when it cannot be told.
+    fn locate(&self, frame: u64) -> Option<(String, u64)>;
+    /// Every file, in the order they were read (or given).
+    fn files(&self) -> Vec<String>;
 }
 
-/// Runs `f` with the names of the set's files (`None`: the input is one file) known to the
+/// A capture set's files in reading order: frames carry their member's number.
+pub struct SetFiles(pub Vec<String>);
+
+impl FrameNames for SetFiles {
+    fn locate(&self, frame: u64) -> Option<(String, u64)> {
+        let (member, local) = member_frame(frame);
+        let name = self.0.get(usize::try_from(member).ok()?.checked_sub(1)?)?;
+        Some((name.clone(), local))
+    }
+    fn files(&self) -> Vec<String> {
+        self.0.clone()
+    }
+}
+
+thread_local! {
+    static FILES: RefCell<Option<Arc<dyn FrameNames>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with the names of the input's files (`None`: the input is one file) known to the
 /// record writers.
-pub fn with_files<R>(files: Option<&Arc<[String]>>, f: impl FnOnce() -> R) -> R {
+pub fn with_files<R>(files: Option<&Arc<dyn FrameNames>>, f: impl FnOnce() -> R) -> R {
     let before = FILES.with(|c| c.replace(files.cloned()));
     let r = f();
     FILES.with(|c| *c.borrow_mut() = before);
@@ -28,24 +51,20 @@ pub fn with_files<R>(files: Option<&Arc<[String]>>, f: impl FnOnce() -> R) -> R 
 
 /// The file a frame is in (`None` for a lone file) and the frame's number in that file.
 pub fn locate(frame: u64) -> (Option<String>, u64) {
-    let (member, local) = member_frame(frame);
-    if member == 0 {
-        return (None, frame);
+    let named = FILES.with(|c| c.borrow().as_ref().map(|n| n.locate(frame)));
+    match named {
+        Some(Some((file, local))) => (Some(file), local),
+        Some(None) => (None, frame),
+        None => match member_frame(frame) {
+            (0, _) => (None, frame),
+            (member, local) => (Some(format!("file {member}")), local),
+        },
     }
-    let name = FILES.with(|c| {
-        c.borrow()
-            .as_ref()
-            .and_then(|f| f.get(member as usize - 1).cloned())
-    });
-    (
-        Some(name.unwrap_or_else(|| format!("file {member}"))),
-        local,
-    )
 }
 
-/// True when the frame is in a file of a set.
+/// True when the frame is in an input made of several files.
 pub fn in_set(frame: u64) -> bool {
-    member_frame(frame).0 != 0
+    locate(frame).0.is_some()
 }
 
 /// "frame N" or "frame N of FILE".
@@ -87,7 +106,8 @@ mod tests {
     #[test]
     fn a_lone_file_keeps_its_frames_and_a_set_names_the_file() {
         assert_eq!(locate(17), (None, 17));
-        let files: Arc<[String]> = vec!["a.pcap".to_string(), "b.pcap".to_string()].into();
+        let files: Arc<dyn FrameNames> =
+            Arc::new(SetFiles(vec!["a.pcap".to_string(), "b.pcap".to_string()]));
         let second = (2 << MEMBER_SHIFT) | 5;
         with_files(Some(&files), || {
             assert_eq!(locate(second), (Some("b.pcap".into()), 5));

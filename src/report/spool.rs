@@ -73,7 +73,7 @@ pub struct Spool {
     /// The first error of the temporary file, if any; lines are then kept in memory.
     pub spill_error: Option<String>,
     /// The files of a capture set, in reading order, which its records cite by name.
-    pub files: Option<std::sync::Arc<[String]>>,
+    pub files: Option<std::sync::Arc<dyn report::files::FrameNames>>,
     line: Vec<u8>,
 }
 
