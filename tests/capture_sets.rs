@@ -112,6 +112,11 @@ fn in_whole_numbering(lines: &[Value], files: &[PathBuf], per_file: u64) -> Vec<
             .unwrap_or_else(|| panic!("a citation names {name}, which is not in the set"))
             as u64
     };
+    mapped(lines, files, &|name, local| index(name) * per_file + local)
+}
+
+/// The report with every citation `(file, frame)` turned into `whole(file, frame)`.
+fn mapped(lines: &[Value], files: &[PathBuf], whole: &dyn Fn(&str, u64) -> u64) -> Vec<Value> {
     // The set's names, longest first, so that `a.pcap1` is never read as `a.pcap`.
     let mut names: Vec<String> = files
         .iter()
@@ -148,7 +153,7 @@ fn in_whole_numbering(lines: &[Value], files: &[PathBuf], per_file: u64) -> Vec<
             let frame_key = format!("{prefix}frame");
             if let Some(Value::Number(n)) = m.get(&frame_key) {
                 let local = n.as_u64().unwrap();
-                m.insert(frame_key, Value::from(index(&name) * per_file + local));
+                m.insert(frame_key, Value::from(whole(&name, local)));
             }
         }
         for k in ["input", "display_filter", "per_input", "problems", "inputs"] {
@@ -159,7 +164,7 @@ fn in_whole_numbering(lines: &[Value], files: &[PathBuf], per_file: u64) -> Vec<
         frame_re
             .replace_all(s, |c: &regex::Captures<'_>| {
                 let local: u64 = c[1].parse().unwrap();
-                format!("frame {}", index(&c[2]) * per_file + local)
+                format!("frame {}", whole(&c[2], local))
             })
             .into_owned()
     };
@@ -526,4 +531,183 @@ fn a_directory_of_unrelated_captures_gives_one_input_each_in_name_order() {
             .contains("no capture or HAR file in this directory")
     );
     assert_eq!(r.lines.last().unwrap()["inputs_failed"], 1);
+}
+
+/// Writes the frames of `cap` that `filter` selects to `out`; returns their numbers in `cap`.
+fn tshark_select(cap: &Path, filter: &str, out: &Path) -> Vec<u64> {
+    let ok = Command::new("tshark")
+        .args(["-r"])
+        .arg(cap)
+        .args(["-Y", filter, "-w"])
+        .arg(out)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "tshark -Y {filter}");
+    let list = Command::new("tshark")
+        .args(["-r"])
+        .arg(cap)
+        .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn connections_captured_on_different_hosts_are_audited_as_one_capture() {
+    if !editcap_available() {
+        return;
+    }
+    // Behind a load balancer each backend holds some of a session's connections: the resume
+    // on one, the stream it resumes on another. Split by connection over two and three hosts,
+    // the fleet must give the whole capture's report, each citation in its host's file.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for cap in [
+        loopback(),
+        root.join("fixtures/real/ts-sdk-restart.pcap"),
+        root.join("fixtures/real/py-evicting.pcap"),
+    ] {
+        let whole = run(&args(&[], &cap, std::slice::from_ref(&cap)));
+        for hosts in [2u64, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut files = Vec::new();
+            let mut frames = Vec::new();
+            for h in 0..hosts {
+                let f = dir.path().join(format!("backend-{h}.pcap"));
+                frames.push(tshark_select(
+                    &cap,
+                    &format!("tcp.stream % {hosts} == {h}"),
+                    &f,
+                ));
+                files.push(f);
+            }
+            let inputs: Vec<PathBuf> = files.iter().rev().cloned().collect();
+            let whole_frame = |name: &str, local: u64| {
+                let h = files
+                    .iter()
+                    .position(|f| f.display().to_string() == name)
+                    .unwrap();
+                frames[h][local as usize - 1]
+            };
+            for j in ["-j1", "-j2"] {
+                let fleet = run(&args(&["--fleet", j], &cap, &inputs));
+                assert_eq!(
+                    mapped(&fleet.lines, &files, &whole_frame),
+                    without_names(&whole.lines),
+                    "{} over {hosts} hosts {j}",
+                    cap.display()
+                );
+                assert_eq!(fleet.code, whole.code);
+            }
+            // Apart, the hosts cannot tell: the test has something to prove.
+            let apart = run(&args(&[], &cap, &inputs));
+            assert_ne!(without_names(&apart.lines), without_names(&whole.lines));
+        }
+    }
+}
+
+/// What must not change when the same traffic is captured twice: verdicts, ids, cursors,
+/// evidence, findings; and the counts of connections, exchanges and sessions.
+fn essence(lines: &[Value]) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|l| {
+            let keep: &[&str] = match l["type"].as_str() {
+                Some("resume") => &[
+                    "session_id",
+                    "verdict",
+                    "reason",
+                    "last_event_id",
+                    "first_event_id",
+                    "resent_ids",
+                    "replay_span",
+                    "lost",
+                    "stream_events",
+                    "stream_end",
+                    "tcp_stream",
+                    "id_shape",
+                ],
+                Some("summary") => &[
+                    "sessions",
+                    "resumes",
+                    "verdicts",
+                    "findings",
+                    "tcp_connections",
+                    "http_exchanges",
+                    // Not `coverage`: its bytes count every captured copy of a segment.
+                    "tcp_gaps",
+                ],
+                _ => &["kind", "session_id", "severity"],
+            };
+            let mut v: serde_json::Map<String, Value> = keep
+                .iter()
+                .map(|k| (k.to_string(), l[*k].clone()))
+                .collect();
+            if let Some(c) = l.get("cursor").filter(|c| !c.is_null()) {
+                v.insert("cursor".into(), c["status"].clone());
+                v.insert("delivered".into(), c["last_delivered_id"].clone());
+            }
+            if let Some(f) = l.get("findings").and_then(|f| f.as_array()) {
+                let kinds: Vec<Value> = f.iter().map(|f| f["kind"].clone()).collect();
+                v.insert("finding_kinds".into(), Value::from(kinds));
+            }
+            if let Some(e) = l.get("evidence") {
+                v.insert("evidence".into(), e["how"].clone());
+            }
+            Value::Object(v)
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_traffic_at_two_vantage_points_is_counted_once_and_fills_each_others_holes() {
+    if !editcap_available() {
+        return;
+    }
+    let cap = loopback();
+    let whole = run(&args(&[], &cap, std::slice::from_ref(&cap)));
+    let packets = whole.lines.last().unwrap()["packets"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Host A lost some packets, host B (its clock 40 µs late) lost others.
+    let a = dir.path().join("client.pcap");
+    let b = dir.path().join("server.pcap");
+    let lost_a = format!("{}-{}", packets / 3, packets / 3 + 6);
+    let lost_b = format!("{}-{}", packets * 2 / 3, packets * 2 / 3 + 6);
+    let edit = |args: &[&str]| {
+        let ok = Command::new("editcap").args(args).status().unwrap();
+        assert!(ok.success(), "editcap {args:?}");
+    };
+    let shifted = dir.path().join("shifted.pcap");
+    let (capn, an, bn, sn) = (
+        cap.display().to_string(),
+        a.display().to_string(),
+        b.display().to_string(),
+        shifted.display().to_string(),
+    );
+    edit(&[&capn, &an, &lost_a]);
+    edit(&["-t", "0.00004", &capn, &sn]);
+    edit(&[&sn, &bn, &lost_b]);
+    std::fs::remove_file(&shifted).unwrap();
+    let alone = run(&args(&[], &cap, std::slice::from_ref(&a)));
+    assert_ne!(
+        essence(&alone.lines),
+        essence(&whole.lines),
+        "a host alone misses what it lost"
+    );
+    for inputs in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+        let fleet = run(&args(&["--fleet"], &cap, &inputs));
+        assert_eq!(essence(&fleet.lines), essence(&whole.lines), "{inputs:?}");
+        assert_eq!(fleet.code, whole.code);
+        let summary = fleet.lines.last().unwrap();
+        // Every packet of both hosts was read, and each connection counted once.
+        assert_eq!(summary["packets"].as_u64().unwrap(), 2 * packets - 14);
+        assert_eq!(summary["per_input"].as_array().unwrap().len(), 1);
+        // Citations name the host's file.
+        for l in fleet.lines.iter().filter(|l| l["type"] == "resume") {
+            let f = l["request_file"].as_str().unwrap();
+            assert!(f == an || f == bn, "{f}");
+        }
+    }
 }

@@ -396,3 +396,102 @@ fn open(path: &std::path::Path, max_block: usize) -> Result<CaptureReader<Box<dy
     };
     CaptureReader::open(src, max_block).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pcap(linktype: u32, records: &[(u32, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+        out.extend_from_slice(&2u16.to_le_bytes());
+        out.extend_from_slice(&4u16.to_le_bytes());
+        for v in [0u32, 0, 65535, linktype] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for (sec, data) in records {
+            for v in [*sec, 7, data.len() as u32, data.len() as u32 + 1] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(data);
+        }
+        out
+    }
+
+    fn read_all(mut r: impl Read, piece: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0; piece];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn points_merge_by_time_and_every_frame_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.pcap");
+        let b = dir.path().join("b.pcap");
+        let bad = dir.path().join("bad.pcap");
+        std::fs::write(&a, pcap(1, &[(1, b"a1"), (3, b"a2"), (5, b"a3")])).unwrap();
+        std::fs::write(&b, pcap(101, &[(2, b"b1"), (3, b"b2"), (4, b"b3")])).unwrap();
+        std::fs::write(&bad, b"not a capture at all").unwrap();
+        let points = vec![vec![a.clone()], vec![bad.clone(), b.clone()]];
+        let (merged, map, messages) = MergedCapture::new(&points, 1 << 20);
+        let whole = read_all(merged, 1 << 16);
+        // Byte by byte and in odd pieces: the same stream.
+        for piece in [1, 7, 333] {
+            let (m, _, _) = MergedCapture::new(&points, 1 << 20);
+            assert_eq!(read_all(m, piece), whole, "pieces of {piece}");
+        }
+        let mut r = CaptureReader::open(&whole[..], 1 << 20).unwrap();
+        let mut seen = Vec::new();
+        while let Some(p) = r.next_packet().unwrap() {
+            let (file, local) = map.locate(p.frame).unwrap();
+            seen.push((
+                p.time_ns / 1_000_000_000,
+                p.linktype,
+                p.orig_len,
+                String::from_utf8_lossy(p.data).into_owned(),
+                crate::input::set::file_name(std::path::Path::new(file)),
+                local,
+            ));
+        }
+        let want: Vec<(i64, u32, u32, String, String, u64)> = [
+            (1, 1, "a1", "a.pcap", 1),
+            (2, 101, "b1", "b.pcap", 1),
+            // A tie goes to the point named first.
+            (3, 1, "a2", "a.pcap", 2),
+            (3, 101, "b2", "b.pcap", 2),
+            (4, 101, "b3", "b.pcap", 3),
+            (5, 1, "a3", "a.pcap", 3),
+        ]
+        .into_iter()
+        .map(|(t, l, d, f, n)| (t, l, 3, d.to_string(), f.to_string(), n))
+        .collect();
+        assert_eq!(seen, want);
+        assert_eq!(map.locate(0), None);
+        assert_eq!(map.locate(7), None);
+        let messages = messages.lock().unwrap().clone();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].0 && messages[0].1.contains("bad.pcap: not a pcap"));
+    }
+
+    #[test]
+    fn the_frame_map_spills_and_reads_back() {
+        let map = FrameMap::new(vec!["x".into(), "y".into()]);
+        let n = TAIL_ENTRIES as u64 * 3 + 17;
+        for i in 0..n {
+            map.push((i % 2) as usize, i * 3 + 1);
+        }
+        for frame in [1, 2, TAIL_ENTRIES as u64, TAIL_ENTRIES as u64 + 1, n - 1, n] {
+            let i = frame - 1;
+            let want = (if i % 2 == 0 { "x" } else { "y" }, i * 3 + 1);
+            assert_eq!(map.locate(frame), Some(want), "frame {frame}");
+        }
+        assert_eq!(map.locate(n + 1), None);
+    }
+}

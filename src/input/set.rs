@@ -193,8 +193,7 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
         return plan;
     }
     // Group by the names the capture tools give; a group of one is a file alone.
-    let mut groups: BTreeMap<String, (usize, String, SetKind, Vec<(u64, PathBuf)>)> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut alone: Vec<(usize, PathBuf)> = Vec::new();
     for (i, f) in files.into_iter().enumerate() {
         match ring_name(&f) {
@@ -245,6 +244,10 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
     plan.inputs = placed.into_iter().map(|(_, x)| x).collect();
     plan
 }
+
+/// Files named alike: where the first was named, the set's pattern, its kind, and each
+/// file with its number in the ring.
+type Group = (usize, String, SetKind, Vec<(u64, PathBuf)>);
 
 /// Records a file by its canonical path; false when it was seen already.
 fn remember(seen: &mut HashSet<PathBuf>, path: &Path) -> bool {
