@@ -711,3 +711,44 @@ fn the_same_traffic_at_two_vantage_points_is_counted_once_and_fills_each_others_
         }
     }
 }
+
+#[test]
+fn a_sets_display_filter_selects_the_cited_frame_in_the_cited_file() {
+    if !editcap_available() {
+        return;
+    }
+    let cap = loopback();
+    let dir = tempfile::tempdir().unwrap();
+    let files = split(&cap, 30, dir.path()).unwrap();
+    let set = run(&args(&[], &cap, &files));
+    let mut checked = 0;
+    for r in set.lines.iter().filter(|l| l["type"] == "resume") {
+        let (Some(file), Some(filter)) = (r["request_file"].as_str(), r["display_filter"].as_str())
+        else {
+            panic!("a set's resume without request_file or display_filter: {r}");
+        };
+        let out = Command::new("tshark")
+            .args([
+                "-r",
+                file,
+                "-Y",
+                filter,
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            ])
+            .output()
+            .unwrap();
+        let frames: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        assert!(
+            frames.contains(&r["request_frame"].as_u64().unwrap()),
+            "{filter} in {file}: {frames:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 5);
+}

@@ -81,8 +81,9 @@ impl Codec {
 
 /// The largest zstd window accepted: what `zstd` uses up to level 19 and for `--long` (27).
 pub const MAX_ZSTD_WINDOW: u64 = 128 << 20;
-/// The most memory the xz decoder may use: `xz -9` needs 65 MiB.
-pub const XZ_MEMORY_LIMIT: u64 = 256 << 20;
+/// The most memory the xz decoder may use: `xz -9` needs 65 MiB, and the dictionary a stream
+/// declares is allocated as declared, so the bound is kept near that.
+pub const XZ_MEMORY_LIMIT: u64 = 80 << 20;
 
 /// Frames one after the other (zstd, lz4): a frame ends, and the next begins if bytes remain.
 struct Frames<R: Read, F, O, I> {

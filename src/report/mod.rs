@@ -700,12 +700,20 @@ pub fn write_human_input<W: Write + ?Sized>(
                     write_finding_text(out, "    ", f)?;
                 }
             }
-            if let Some(s) = r.connection.tcp_stream {
-                writeln!(
-                    out,
-                    "    open in Wireshark: {}",
-                    display_filter(s, r.request, r.last_proof)
-                )?;
+            let filter = match r.connection.tcp_stream {
+                Some(_) if files::in_set(r.request.frame) => {
+                    set_display_filter(&r.connection, r.request, r.last_proof).map(|f| {
+                        format!(
+                            "{f} (in {})",
+                            files::locate(r.request.frame).0.unwrap_or_default()
+                        )
+                    })
+                }
+                Some(s) => Some(display_filter(s, r.request, r.last_proof)),
+                None => None,
+            };
+            if let Some(f) = filter {
+                writeln!(out, "    open in Wireshark: {f}")?;
             }
         }
         for f in fs {
