@@ -752,3 +752,89 @@ fn a_sets_display_filter_selects_the_cited_frame_in_the_cited_file() {
     }
     assert!(checked >= 5);
 }
+
+#[test]
+fn a_damaged_file_in_a_set_is_named_and_the_others_are_still_read() {
+    if !editcap_available() {
+        return;
+    }
+    let cap = loopback();
+    let whole = run(&args(&[], &cap, std::slice::from_ref(&cap)));
+    let dir = tempfile::tempdir().unwrap();
+    let files = split(&cap, 25, dir.path()).unwrap();
+    assert!(files.len() > 6);
+    // One file cut in the middle of a record, one overwritten with garbage after its header,
+    // one that is no capture at all: each named, the rest read.
+    let cut = &files[2];
+    let bytes = std::fs::read(cut).unwrap();
+    std::fs::write(cut, &bytes[..bytes.len() - 7]).unwrap();
+    let garbage = &files[4];
+    let mut bytes = std::fs::read(garbage).unwrap();
+    let n = bytes.len();
+    bytes[n / 2..].fill(0xff);
+    std::fs::write(garbage, &bytes).unwrap();
+    let empty = &files[5];
+    std::fs::write(empty, b"").unwrap();
+    let set = run(&args(&[], &cap, &files));
+    for f in [cut, garbage, empty] {
+        assert!(
+            set.stderr.contains(&format!("error: {}: ", f.display())),
+            "{}: {}",
+            f.display(),
+            set.stderr
+        );
+    }
+    assert!(
+        set.stderr.contains("last record cut short"),
+        "{}",
+        set.stderr
+    );
+    let summary = set.lines.last().unwrap();
+    assert_eq!(summary["inputs"], 1);
+    assert_eq!(summary["inputs_failed"], 1);
+    assert_eq!(summary["problems"].as_array().unwrap().len(), 3);
+    assert!(
+        summary["packets"].as_u64().unwrap()
+            > whole.lines.last().unwrap()["packets"].as_u64().unwrap() / 2
+    );
+    // What the damage hid is never an accusation the whole capture does not make.
+    let accused = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["verdict"] == "gap_skipped" || l["verdict"] == "replayed")
+            .map(|l| format!("{} {}", l["session_id"], l["request_time"]))
+            .collect()
+    };
+    for a in accused(&set.lines) {
+        assert!(accused(&whole.lines).contains(&a), "{a}");
+    }
+}
+
+#[test]
+fn compressed_standard_input_is_read() {
+    let cap = loopback();
+    let want = run(&args(&[], &cap, std::slice::from_ref(&cap)));
+    let (_, gz) = compressed(&std::fs::read(&cap).unwrap()).swap_remove(0);
+    let mut child = Command::new(bin())
+        .args(["-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&gz));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let no_sessions = |v: &[Value]| -> Vec<Value> {
+        without_names(v)
+            .into_iter()
+            .filter(|l| l["type"] != "session")
+            .collect()
+    };
+    assert_eq!(no_sessions(&lines), no_sessions(&want.lines));
+}
