@@ -30,10 +30,23 @@ use mcp_resume_audit::{
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {
-    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content; `-` reads
-    /// standard input.
+    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content, also
+    /// compressed (gzip, zstd, lz4, xz); directories (walked recursively); `-` reads standard
+    /// input. The files of a ring buffer (dumpcap's or tcpdump's names) are read as one capture.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
+
+    /// Read every capture file given (or found in the directories given) as one capture of one
+    /// capture point, in the order of their first packets: a rotated set whose names do not
+    /// show it.
+    #[arg(long)]
+    merge: bool,
+
+    /// Every capture input (file, set or directory) is a capture point of one incident — a
+    /// client, a proxy, backends: their packets are merged by time and audited together, so a
+    /// session seen at several points is one session; each citation names its file.
+    #[arg(long)]
+    fleet: bool,
 
     /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
     /// FILE is replaced only when the run is over; an input is never overwritten.
@@ -225,6 +238,8 @@ fn real_main() -> anyhow::Result<i32> {
         human,
         progress: progress_bar(&cli),
         html: cli.html.clone(),
+        merge: cli.merge,
+        fleet: cli.fleet,
     };
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.

@@ -25,6 +25,16 @@ impl Mark {
     }
 }
 
+/// Bits of a frame number below a capture set member's number. A frame of member `n` (1-based,
+/// in reading order) is `n << MEMBER_SHIFT | its number in its own file`, so frames still grow
+/// in reading order, and a lone file's frames are its own (member 0).
+pub const MEMBER_SHIFT: u32 = 40;
+
+/// The set member a frame is in (0: the input is one file) and its number in that file.
+pub const fn member_frame(frame: u64) -> (u64, u64) {
+    (frame >> MEMBER_SHIFT, frame & ((1 << MEMBER_SHIFT) - 1))
+}
+
 /// One of the two byte streams of a TCP connection. `Forward` is the direction of the first
 /// packet the capture holds for the connection; `Reverse` the other one. Which side is the
 /// HTTP client is decided later, by content.
