@@ -681,12 +681,12 @@ impl Shard {
     fn new(limits: &Limits, keys: Arc<KeyLog>, ignore: Arc<[EndpointFilter]>) -> Self {
         Shard {
             limits: limits.clone(),
-            conns: HashMap::with_hasher(FoldHashKey::new()),
+            conns: HashMap::with_hasher(FoldHashKey::default()),
             events: Vec::new(),
             finishing: false,
             sessions: BTreeSet::new(),
             stats: InputStats::default(),
-            unread: HashMap::with_hasher(FoldHashKey::new()),
+            unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,
             ignore,
         }

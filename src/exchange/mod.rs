@@ -16,7 +16,6 @@
 //! re-states the client's position and delivers nothing, so the next id decides.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::Hasher;
 
 use crate::app::jsonrpc::{self, RpcFact};
 use crate::app::sse::{EventSink, SseEvent, SseParser};
@@ -361,16 +360,6 @@ impl ExchangeSummary {
     }
 }
 
-const SEED0: u64 = 0xa076_1d64_78bd_642f;
-const SEED1: u64 = 0xe703_7ed1_a0b4_28db;
-
-/// The 128-bit product of two words, folded to 64 bits.
-#[inline]
-fn fold(a: u64, b: u64) -> u64 {
-    let r = u128::from(a) * u128::from(b);
-    (r as u64) ^ ((r >> 64) as u64)
-}
-
 /// Up to eight bytes as a little-endian word (missing bytes are zero), without a call to
 /// memcpy for short slices.
 #[inline]
@@ -388,84 +377,24 @@ fn word(bytes: &[u8]) -> u64 {
         .fold(0, |w, (i, &b)| w | (u64::from(b) << (8 * i)))
 }
 
-/// A 64-bit hash of byte strings (their lengths included), sixteen bytes per multiply in
-/// four independent lanes: it runs over every event id and every distinctive event of a
-/// capture. Stable, never shown; only equality of hashes is used.
+/// A 64-bit hash of byte strings (their lengths included): it runs over every event id and
+/// every distinctive event of a capture. foldhash with a fixed seed, so the same bytes give
+/// the same hash on every thread and in every run; never shown, only equality of hashes is
+/// used.
 pub fn fact_hash(parts: &[&[u8]]) -> u64 {
-    let mut h = SEED0;
-    for p in parts {
-        h = fold(h ^ p.len() as u64, SEED1);
-        let mut wide = p.chunks_exact(64);
-        if p.len() >= 64 {
-            let mut lane = [h, h ^ SEED1, h ^ SEED0, !h];
-            for b in &mut wide {
-                for (l, q) in lane.iter_mut().zip(b.chunks_exact(16)) {
-                    let (x, y) = q.split_at(8);
-                    *l = fold(word(x) ^ SEED0 ^ *l, word(y) ^ SEED1);
-                }
-            }
-            h = fold(lane[0] ^ lane[2], lane[1] ^ lane[3] ^ SEED1);
-        }
-        let mut blocks = wide.remainder().chunks_exact(16);
-        for b in &mut blocks {
-            let (x, y) = b.split_at(8);
-            h = fold(word(x) ^ SEED0 ^ h, word(y) ^ SEED1);
-        }
-        let rest = blocks.remainder();
-        if !rest.is_empty() {
-            // 1 to 15 bytes: the first and the last (up to) eight, overlapping.
-            let a = word(rest);
-            let b = if rest.len() > 8 {
-                word(&rest[rest.len() - 8..])
-            } else {
-                0
-            };
-            h = fold(a ^ SEED0 ^ h, b ^ SEED1 ^ rest.len() as u64);
-        }
-    }
-    fold(h ^ SEED1, SEED0)
-}
-
-/// A hasher for maps whose keys are already [`fact_hash`] values: it passes them through.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = fact_hash(&[bytes]);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// A hasher for the open exchanges of a connection: their numbers are a counter the HTTP
-/// stage assigns, not input, so one multiplication spreads them well enough, where SipHash
-/// costs more than the rest of a body call.
-#[derive(Clone, Copy, Debug, Default)]
-struct ExchangeHash(u64);
-
-impl Hasher for ExchangeHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = fact_hash(&[bytes]);
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = fold(u64::from(n) ^ SEED0, SEED1);
-    }
+    use std::hash::BuildHasher;
+    static STATE: foldhash::quality::FixedState =
+        foldhash::quality::FixedState::with_seed(0xa076_1d64_78bd_642f);
+    STATE.hash_one(parts)
 }
 
 /// The namespace key of an integer id: nothing is left once its digits are gone.
 static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
     std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
 
-/// A map keyed by [`fact_hash`] values.
-pub type FactMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PassThrough>>;
+/// A map keyed by [`fact_hash`] values: already hashed, so rustc-hash's one multiplication
+/// is all the spreading they need.
+pub type FactMap<V> = HashMap<u64, V, rustc_hash::FxBuildHasher>;
 
 /// Replaces `out` with `bytes` cut at [`MAX_TEXT`] characters, reusing its buffer.
 fn set_text(out: &mut String, bytes: &[u8]) {
@@ -570,7 +499,9 @@ impl OpenExchange {
 /// Collects one connection's exchanges (implements [`HttpSink`]).
 pub struct ExchangeTracker {
     limits: Limits,
-    open: HashMap<u32, OpenExchange, std::hash::BuildHasherDefault<ExchangeHash>>,
+    // Exchange numbers are a counter the HTTP stage assigns, not input: rustc-hash spreads them
+    // with one multiplication, where SipHash costs more than the rest of a body call.
+    open: HashMap<u32, OpenExchange, rustc_hash::FxBuildHasher>,
     /// The exchange a request or response head last named, kept out of `open`: a connection
     /// mostly carries one exchange at a time, and its body slices then find it without a
     /// lookup (which costs a cache miss on the table at every slice).

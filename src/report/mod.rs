@@ -25,33 +25,15 @@ use crate::audit::{
 use crate::exchange::{ExchangeSummary, ResumeRecord};
 use crate::record::{BodyEnd, Mark};
 
-/// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z`.
+/// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z` (truncated, never
+/// rounded up into the next second).
 pub fn rfc3339_micros(time_ns: i64) -> String {
-    let secs = time_ns.div_euclid(1_000_000_000);
-    let micros = time_ns.rem_euclid(1_000_000_000) / 1000;
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let floored = time_ns - time_ns.rem_euclid(1000);
+    // Every i64 of nanoseconds (years 1677 to 2262) is within jiff's range.
+    match jiff::Timestamp::from_nanosecond(i128::from(floored)) {
+        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        Err(_) => String::new(),
+    }
 }
 
 #[derive(Serialize)]
