@@ -36,7 +36,7 @@ use crate::exchange::{
     ContentFact, ContentKind, ExchangeSummary, FactMap, IdFact, ResumeRecord, StreamSummary,
     fact_hash,
 };
-use crate::record::Mark;
+use crate::record::{BodyEnd, Mark};
 use idshape::IdPattern;
 use verdict::{Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
 
@@ -296,6 +296,21 @@ struct SessionIndex<'a> {
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
     /// (run from end, prefix, suffix) → (support, breaks), over all streams of the session.
     shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64)>,
+    /// The members the capture lost bytes of (see [`lost_bytes`]), in capture order: a proof
+    /// that needs every delivery of the session, or the absence of one, cannot be made past
+    /// them.
+    lossy: Vec<usize>,
+    /// The members that began the session, in capture order.
+    starts: Vec<usize>,
+}
+
+/// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
+/// was lost, or a request whose answer was not captured. A stream still open when the
+/// capture ended lost nothing before that end.
+fn lost_bytes(x: &ExchangeSummary) -> bool {
+    x.stream.as_deref().is_some_and(|s| s.gaps > 0)
+        || matches!(x.end, Some((BodyEnd::LostSync, _)))
+        || (x.request.is_some() && x.response.is_none())
 }
 
 impl<'a> SessionIndex<'a> {
@@ -307,8 +322,16 @@ impl<'a> SessionIndex<'a> {
             content: FactMap::default(),
             rpc: FactMap::default(),
             shapes: BTreeMap::new(),
+            lossy: Vec::new(),
+            starts: Vec::new(),
         };
         for &i in members {
+            if lost_bytes(&xs[i]) {
+                ix.lossy.push(i);
+            }
+            if xs[i].opens_session {
+                ix.starts.push(i);
+            }
             let Some(s) = xs[i].stream.as_deref() else {
                 continue;
             };
@@ -338,8 +361,28 @@ impl<'a> SessionIndex<'a> {
         ix
     }
 
+    /// The first member before frame `before` (other than `except`) whose bytes the capture
+    /// lost.
+    fn loss_before(&self, xs: &[ExchangeSummary], before: u64, except: usize) -> Option<usize> {
+        self.lossy
+            .iter()
+            .copied()
+            .find(|&j| j != except && xs[j].start().frame < before)
+    }
+
+    /// The capture holds the session from its start: an exchange before frame `before` began
+    /// it.
+    fn start_seen(&self, xs: &[ExchangeSummary], before: u64) -> bool {
+        self.starts.iter().any(|&j| xs[j].start().frame < before)
+    }
+
     /// The learned shape two ids share: their counters, prefix and suffix, and its display.
+    /// A shape holds only when nothing in the session contradicts it, so none is learned in a
+    /// session the capture lost bytes of: the contradiction may be in what was lost.
     fn shape_pair<'s>(&self, last: &'s str, first: &'s str) -> Option<ShapePair<'s>> {
+        if !self.lossy.is_empty() {
+            return None;
+        }
         for k in 0..idshape::MAX_RUN_FROM_END {
             let (Some(a), Some(b)) = (
                 idshape::split_at_run(last, k),
@@ -1093,15 +1136,18 @@ fn find_redeliveries<'a>(
                     })
                 }
             }
-        } else if !f
-            .text
-            .as_deref()
-            .is_some_and(crate::exchange::is_integer_id)
+        } else if !f.integer
             && let Some(e) = elsewhere(d, links, xi, f.mark.frame)
         {
             // Integer ids are often counted per stream, so the same integer on two streams
             // is not the same event; structured and opaque ids are unique in a session.
             match id_elsewhere.as_mut() {
+                // The id quoted is the first one whose text was kept.
+                Some(rd) if rd.again.text.is_none() && f.text.is_some() => {
+                    rd.count += 1;
+                    rd.earlier = e;
+                    rd.again = f;
+                }
                 Some(rd) => rd.count += 1,
                 None => {
                     id_elsewhere = Some(Redelivery {
@@ -1417,10 +1463,12 @@ fn audit_resume<'a>(
             Severity::Warning,
             format!(
                 "the resumed stream re-sent {} id(s) already delivered on another stream of the \
-                 session, first {} (frame {}, again at frame {}); they are not at or before \
+                 session, first {}frame {}, again at frame {}); they are not at or before \
                  Last-Event-ID on its stream, so the client may or may not have had them",
                 rd.count,
-                text.as_deref().unwrap_or("?"),
+                text.as_deref()
+                    .map(|t| format!("{t} ("))
+                    .unwrap_or_else(|| "(".into()),
                 rd.earlier.1.mark.frame,
                 rd.again.mark.frame
             ),
@@ -1478,6 +1526,23 @@ fn audit_cursor(
             && index > link.fact.id_index
         {
             let behind = index - link.fact.id_index;
+            if let Some(j) = ix.loss_before(xs, before, link.x) {
+                // A later delivery of Last-Event-ID, on a stream whose bytes were lost, may be
+                // where the client's cursor came from.
+                return Cursor {
+                    status: CursorStatus::NotSeen,
+                    detail: format!(
+                        "Last-Event-ID was delivered at frame {}, and {behind} later id(s) \
+                         followed on that stream, but the capture lost bytes of the session \
+                         (from frame {}): the client may have had it from there",
+                        link.fact.mark.frame,
+                        xs[j].start().frame
+                    ),
+                    last_delivered_id: text,
+                    behind_by: None,
+                    cites: vec![from, cite(&xs[j], "capture_loss", xs[j].start())],
+                };
+            }
             return Cursor {
                 status: CursorStatus::Stale,
                 detail: format!(
@@ -1506,7 +1571,6 @@ fn audit_cursor(
     }
     // Not seen delivered: compare with the highest comparable id the session was sent.
     let mut best: Option<(String, Mark, usize)> = None;
-    let mut gaps = false;
     for &j in &ix.with_ids {
         if j == xi || xs[j].start().frame >= before {
             continue;
@@ -1524,7 +1588,6 @@ fn audit_cursor(
         if order_ids(ix, opts, last_event_id, &text).is_none() {
             continue;
         }
-        gaps |= s.gaps > 0;
         let higher = match &best {
             None => true,
             Some((b, ..)) => order_ids(ix, opts, &text, b) == Some(Ordering::Greater),
@@ -1543,13 +1606,45 @@ fn audit_cursor(
         };
     };
     let c = vec![cite(&xs[j], "highest_id_delivered", mark)];
-    match order_ids(ix, opts, last_event_id, &text) {
-        Some(Ordering::Greater) if !gaps => Cursor {
+    let order = order_ids(ix, opts, last_event_id, &text);
+    if matches!(order, Some(Ordering::Greater | Ordering::Less)) {
+        // A claim about a position never seen delivered needs the whole session up to the
+        // resume: its start, and every byte of its exchanges.
+        if let Some(l) = ix.loss_before(xs, before, xi) {
+            return Cursor {
+                status: CursorStatus::NotSeen,
+                detail: format!(
+                    "Last-Event-ID was not seen delivered, and the capture lost bytes of the \
+                     session (from frame {}): it may have been delivered there",
+                    xs[l].start().frame
+                ),
+                last_delivered_id: Some(text),
+                behind_by: None,
+                cites: vec![cite(&xs[l], "capture_loss", xs[l].start())],
+            };
+        }
+        if !ix.start_seen(xs, before) {
+            return Cursor {
+                status: CursorStatus::NotSeen,
+                detail: format!(
+                    "Last-Event-ID was not seen delivered, and the capture does not hold the \
+                     session's start: it may have been delivered before the capture began (the \
+                     highest comparable id seen is {text}, frame {})",
+                    mark.frame
+                ),
+                last_delivered_id: Some(text),
+                behind_by: None,
+                cites: c,
+            };
+        }
+    }
+    match order {
+        Some(Ordering::Greater) => Cursor {
             status: CursorStatus::Ahead,
             detail: format!(
                 "Last-Event-ID is past {text}, the highest comparable id the capture shows \
-                 delivered in the session (frame {}; no bytes missing on those streams): the \
-                 client sent a position it was never given, or the capture missed a stream",
+                 delivered in the session (frame {}; the capture holds the session from its \
+                 start, with no bytes missing): the client sent a position it was never given",
                 mark.frame
             ),
             last_delivered_id: Some(text),

@@ -216,6 +216,9 @@ pub struct IdFact {
     pub id_index: u64,
     /// The event had no data (a priming event): it delivers nothing when re-sent.
     pub priming: bool,
+    /// The id is a decimal integer: streams may each count their own, so the same integer
+    /// on two streams need not be the same event.
+    pub integer: bool,
     /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
     pub key: u64,
     pub key_len: u32,
@@ -339,6 +342,9 @@ pub struct ExchangeSummary {
     pub event_stream: bool,
     pub end: Option<(BodyEnd, Mark)>,
     pub stream: Option<Box<StreamSummary>>,
+    /// The exchange began its session: the answer named a session that the request did not
+    /// (an `initialize`), or the stream's `endpoint` event did (the 2024-11-05 transport).
+    pub opens_session: bool,
 }
 
 impl ExchangeSummary {
@@ -581,6 +587,10 @@ pub struct ExchangeTracker {
     evicted: bool,
     /// The last message head dropped for exceeding `Limits::max_header_bytes`.
     head_too_large: Option<Mark>,
+    /// The last time the HTTP stage skipped bytes it could not read as HTTP (a lost or
+    /// unreadable message head), or met an answer it could not pair with a request: an
+    /// answer to an open request may have been among them.
+    resynced: Option<Mark>,
 }
 
 /// Anomalies kept per connection for the report; further ones are only counted.
@@ -603,6 +613,7 @@ impl ExchangeTracker {
             keep_summaries: true,
             evicted: false,
             head_too_large: None,
+            resynced: None,
         }
     }
 
@@ -662,8 +673,14 @@ impl ExchangeTracker {
         for id in ids {
             if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
+                // Bytes skipped after the request may have held its answer's head.
+                let skipped_after = match (&ex.request, self.resynced) {
+                    (Some(r), Some(m)) => m.frame >= r.complete.frame,
+                    (None, Some(_)) => true,
+                    _ => false,
+                };
                 let no_answer = match server_end {
-                    _ if server_gaps => NoAnswer::NotCaptured,
+                    _ if server_gaps || skipped_after => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
                     Some(StreamEnd::PeerRst) => NoAnswer::ClientAborted,
                     _ => NoAnswer::NotCaptured,
@@ -688,6 +705,13 @@ impl ExchangeTracker {
             }
             None => (None, None),
         };
+        let request_named = request.as_ref().is_some_and(|r| {
+            r.session_id.is_some() || jsonrpc::session_from_url(r.target.as_bytes()).is_some()
+        });
+        let opens_session = request.is_some()
+            && !request_named
+            && (response.as_ref().is_some_and(|r| r.session_id.is_some())
+                || summary.as_ref().is_some_and(|s| s.endpoint_session.is_some()));
         let session_id = request
             .as_ref()
             .and_then(|r| r.session_id.clone())
@@ -745,6 +769,7 @@ impl ExchangeTracker {
             event_stream,
             end,
             stream: summary,
+            opens_session,
         });
     }
 
@@ -818,7 +843,10 @@ impl ExchangeTracker {
             .or(end.map(|(_, m)| m))
             .or(response.map(|r| r.complete))
             .unwrap_or(
-                if response.is_none() && no_answer != NoAnswer::NotCaptured {
+                if response.is_none()
+                    && (no_answer != NoAnswer::NotCaptured
+                        || self.resynced.is_some_and(|m| m.frame >= request.complete.frame))
+                {
                     mark
                 } else {
                     request.complete
@@ -1209,6 +1237,7 @@ impl StreamFacts {
                 event,
                 id_index,
                 priming,
+                integer: integer_id,
                 key,
                 key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
                 text: (resumed && !skipped_ack && s.id_facts.head_has_room())
@@ -1765,6 +1794,9 @@ impl HttpSink for ExchangeTracker {
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
         if what == Anomaly::HeaderTooLarge {
             self.head_too_large = Some(mark);
+        }
+        if matches!(what, Anomaly::Resynchronized | Anomaly::UnpairedResponse) {
+            self.resynced = Some(mark);
         }
         if self.anomalies.len() < MAX_ANOMALIES_KEPT {
             self.anomalies.push((what, mark));
