@@ -302,15 +302,19 @@ struct SessionIndex<'a> {
     lossy: Vec<usize>,
     /// The members that began the session, in capture order.
     starts: Vec<usize>,
+    /// Connections of the input that may carry MCP were not read: the session may have had
+    /// exchanges the capture cannot show.
+    unread: bool,
 }
 
 /// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
-/// was lost, or a request whose answer was not captured. A stream still open when the
-/// capture ended lost nothing before that end.
+/// was lost, a request whose answer was not captured, or an answer whose request was not. A
+/// stream still open when the capture ended lost nothing before that end.
 fn lost_bytes(x: &ExchangeSummary) -> bool {
     x.stream.as_deref().is_some_and(|s| s.gaps > 0)
         || matches!(x.end, Some((BodyEnd::LostSync, _)))
-        || (x.request.is_some() && x.response.is_none())
+        || x.request.is_none()
+        || x.response.is_none()
 }
 
 impl<'a> SessionIndex<'a> {
@@ -324,6 +328,7 @@ impl<'a> SessionIndex<'a> {
             shapes: BTreeMap::new(),
             lossy: Vec::new(),
             starts: Vec::new(),
+            unread: false,
         };
         for &i in members {
             if lost_bytes(&xs[i]) {
@@ -380,7 +385,7 @@ impl<'a> SessionIndex<'a> {
     /// A shape holds only when nothing in the session contradicts it, so none is learned in a
     /// session the capture lost bytes of: the contradiction may be in what was lost.
     fn shape_pair<'s>(&self, last: &'s str, first: &'s str) -> Option<ShapePair<'s>> {
-        if !self.lossy.is_empty() {
+        if !self.lossy.is_empty() || self.unread {
             return None;
         }
         for k in 0..idshape::MAX_RUN_FROM_END {
@@ -582,6 +587,9 @@ pub struct Stage {
     held: usize,
     seq: u64,
     cross: CrossIndex,
+    /// Traffic of the input that may carry MCP was not read (so far): any session may have
+    /// had exchanges there.
+    unread: bool,
     pub stats: StageStats,
 }
 
@@ -596,8 +604,16 @@ impl Stage {
             held: 0,
             seq: 0,
             cross: CrossIndex::default(),
+            unread: false,
             stats: StageStats::default(),
         }
+    }
+
+    /// A connection of the input that may carry MCP was not read, wholly or in part, or lost
+    /// requests that no session can be named for: from now on no session is taken to be
+    /// whole (no claim rests on what a session was not sent).
+    pub fn traffic_unread(&mut self) {
+        self.unread = true;
     }
 
     fn session(&mut self, sid: &str) -> &mut Live {
@@ -741,6 +757,7 @@ impl Stage {
             &mut l.resumes,
             &self.cross,
             &self.opts,
+            self.unread,
         );
         for r in l.resumes {
             sink.resume(r);
@@ -905,6 +922,7 @@ fn audit_session(
     resumes: &mut [ResumeRecord],
     cross: &CrossIndex,
     opts: &Options,
+    unread: bool,
 ) -> (Vec<Finding>, Option<SessionView>) {
     xs.sort_by_key(|x| {
         let m = x.start();
@@ -923,7 +941,8 @@ fn audit_session(
         .map(|(i, r)| (join_of_resume(r), i))
         .collect();
     let members: Vec<usize> = (0..xs.len()).collect();
-    let ix = SessionIndex::build(&xs, &members);
+    let mut ix = SessionIndex::build(&xs, &members);
+    ix.unread = unread;
     let mut session_findings = Vec::new();
     for &xi in &members {
         let Some(key) = join_of_summary(&xs[xi]) else {
@@ -1621,6 +1640,20 @@ fn audit_cursor(
                 last_delivered_id: Some(text),
                 behind_by: None,
                 cites: vec![cite(&xs[l], "capture_loss", xs[l].start())],
+            };
+        }
+        if ix.unread {
+            return Cursor {
+                status: CursorStatus::NotSeen,
+                detail: format!(
+                    "Last-Event-ID was not seen delivered, and connections of the capture that \
+                     may carry this session were not read: it may have been delivered there (the \
+                     highest comparable id seen is {text}, frame {})",
+                    mark.frame
+                ),
+                last_delivered_id: Some(text),
+                behind_by: None,
+                cites: c,
             };
         }
         if !ix.start_seen(xs, before) {

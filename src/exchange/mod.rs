@@ -587,6 +587,10 @@ pub struct ExchangeTracker {
     evicted: bool,
     /// The last message head dropped for exceeding `Limits::max_header_bytes`.
     head_too_large: Option<Mark>,
+    /// Since the caller last took it: requests may have been lost (bytes of the client's
+    /// direction missing, or an answer that could not be paired with a request), and no
+    /// session can be named for them.
+    pub unattributed_loss: bool,
     /// The last time the HTTP stage skipped bytes it could not read as HTTP (a lost or
     /// unreadable message head), or met an answer it could not pair with a request: an
     /// answer to an open request may have been among them.
@@ -613,6 +617,7 @@ impl ExchangeTracker {
             keep_summaries: true,
             evicted: false,
             head_too_large: None,
+            unattributed_loss: false,
             resynced: None,
         }
     }
@@ -620,7 +625,10 @@ impl ExchangeTracker {
     /// Something for the session stage has come since it was last taken: a request naming a
     /// session, a summary or a resume.
     pub fn has_news(&self) -> bool {
-        !(self.opened.is_empty() && self.summaries.is_empty() && self.resumes.is_empty())
+        !(self.opened.is_empty()
+            && self.summaries.is_empty()
+            && self.resumes.is_empty()
+            && !self.unattributed_loss)
     }
 
     /// Stops gathering session facts for this connection (resumes are still decided): the
@@ -1797,6 +1805,9 @@ impl HttpSink for ExchangeTracker {
         }
         if matches!(what, Anomaly::Resynchronized | Anomaly::UnpairedResponse) {
             self.resynced = Some(mark);
+        }
+        if what == Anomaly::UnpairedResponse {
+            self.unattributed_loss = true;
         }
         if self.anomalies.len() < MAX_ANOMALIES_KEPT {
             self.anomalies.push((what, mark));
