@@ -1974,7 +1974,10 @@ fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Find
             None => {
                 if let Some(h) = held.take() {
                     let prev = &xs[h.at];
-                    if prev.end.is_some_and(|(_, m)| m.frame < req.frame) {
+                    // A reconnect the capture lost (or could not read) may have carried the
+                    // cursor: only a session whole up to this request shows it dropped.
+                    let whole = !ix.unread && ix.loss_before(xs, req.frame, i).is_none();
+                    if whole && prev.end.is_some_and(|(_, m)| m.frame < req.frame) {
                         out.push(lost_cursor(x, req, prev, &h.id, h.mark, h.delivered));
                     } else {
                         held = Some(h);
@@ -2065,8 +2068,13 @@ fn loose_duplicate_responses(
         let Some(&(j0, c0)) = sorted.first() else {
             continue;
         };
+        // A stream whose request the capture lost may have been a resume: no resume being
+        // involved can only be told from a request that was seen without Last-Event-ID.
         let again = sorted.iter().skip(1).find(|(j, c)| {
-            c.hash == c0.hash && xs.get(*j).is_some_and(|x| x.last_event_id.is_none())
+            c.hash == c0.hash
+                && xs
+                    .get(*j)
+                    .is_some_and(|x| x.request.is_some() && x.last_event_id.is_none())
         });
         if let Some(&(j1, c1)) = again {
             out.push(Finding {

@@ -472,6 +472,25 @@ impl HalfStream {
         }
     }
 
+    /// Delivers what is buffered before position `to`, giving up the holes between as gaps;
+    /// a hole at the tail is left open (its bytes may still be captured).
+    fn settle_to<S: StreamSink>(&mut self, to: u64, mark: Mark, sink: &mut S) {
+        while self.started && !self.ended && self.next < to {
+            let Some((&piece_start, _)) = self.pending.first_key_value() else {
+                return;
+            };
+            if piece_start >= to {
+                return;
+            }
+            let before = self.next;
+            self.hole_seen = None;
+            self.gap_to(piece_start, mark, sink);
+            if self.next == before {
+                return;
+            }
+        }
+    }
+
     /// Reports `[next, to)` as missing, then delivers what became contiguous.
     fn gap_to<S: StreamSink>(&mut self, to: u64, mark: Mark, sink: &mut S) {
         if to > self.next {
@@ -614,6 +633,13 @@ impl TcpConnection {
             .then(|| other.position(seg.ack))
             .and_then(|p| u64::try_from(p).ok())
             .unwrap_or(0);
+        if carries && needs > other.next && !self.held[o].is_empty() {
+            // This segment answers what the other direction holds (it acknowledges those
+            // bytes): they were received, so they go first, even if what they waited for is
+            // still missing.
+            self.release_direction(o, usize::MAX, seg.mark, sink);
+        }
+        let other = &self.halves[o];
         let cost = seg.payload.len().saturating_add(PIECE_COST_BYTES);
         let hold = carries
             && !seg.flags.syn
@@ -660,7 +686,7 @@ impl TcpConnection {
         &mut self,
         d: usize,
         force: usize,
-        _mark: Mark,
+        mark: Mark,
         sink: &mut S,
     ) {
         let mut forced = 0;
@@ -682,6 +708,9 @@ impl TcpConnection {
                 return;
             };
             self.held_cost = self.held_cost.saturating_sub(h.cost());
+            // What it acknowledges of the other direction and the capture holds goes first;
+            // holes before it are given up.
+            self.halves[1 - d].settle_to(h.needs, mark, sink);
             let seg = TcpSegment {
                 seq: h.seq,
                 ack: 0,
@@ -1315,7 +1344,7 @@ mod tests {
         // The answer acknowledges the request, which the capture holds only afterwards.
         w.send(Forward, 1001, 5004, "A", b"answer");
         assert_eq!(w.rec.of(Forward), []);
-        w.send(Reverse, 5001, 1007, "A", b"ask");
+        w.send(Reverse, 5001, 1001, "A", b"ask");
         assert_eq!(w.rec.of(Reverse), [data(b"ask")]);
         assert_eq!(w.rec.of(Forward), [data(b"answer")]);
         assert_eq!(w.rec.data_order, [Reverse, Forward]);
@@ -1323,6 +1352,27 @@ mod tests {
         w.send(Forward, 1007, 5004, "A", b"more");
         assert_eq!(w.rec.of(Forward), [data(b"answermore")]);
         assert_eq!(w.conn.stats().gaps, 0);
+    }
+
+    #[test]
+    fn a_request_waiting_for_lost_bytes_goes_before_the_answer_to_it() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Reverse, 5001, 1001, "A", b"one");
+        w.send(Forward, 1001, 5004, "A", b"first"); // then [5, 10) of the answer is lost
+        // The second request acknowledges the lost bytes: it waits for them.
+        w.send(Reverse, 5004, 1011, "A", b"two");
+        assert_eq!(w.rec.of(Reverse), [data(b"one")]);
+        // The next answer acknowledges the second request: the request was received, so it
+        // goes first, and the answer after it.
+        w.send(Forward, 1011, 5007, "A", b"second");
+        assert_eq!(w.rec.of(Reverse), [data(b"onetwo")]);
+        w.wait();
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(b"first"), Event::Gap(5), data(b"second")]
+        );
+        assert_eq!(w.rec.data_order, [Reverse, Forward, Reverse, Forward]);
     }
 
     #[test]
