@@ -483,8 +483,12 @@ impl HalfStream {
                 return;
             }
             let before = self.next;
-            self.hole_seen = None;
-            self.gap_to(piece_start, mark, sink);
+            // Reported where the capture revealed it, when it did.
+            let at = match self.hole_seen.take() {
+                Some((at, _, revealed)) if at == self.next => revealed,
+                _ => mark,
+            };
+            self.gap_to(piece_start, at, sink);
             if self.next == before {
                 return;
             }
