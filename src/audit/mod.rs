@@ -294,8 +294,9 @@ struct SessionIndex<'a> {
     ids: FactMap<Vec<At<'a, IdFact>>>,
     content: FactMap<Vec<At<'a, ContentFact>>>,
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
-    /// (run from end, prefix, suffix) → (support, breaks), over all streams of the session.
-    shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64)>,
+    /// (run from end, prefix, suffix) → (support, breaks, skips), over all streams of the
+    /// session.
+    shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64, u64)>,
     /// The members the capture lost bytes of (see [`lost_bytes`]), in capture order: a proof
     /// that needs every delivery of the session, or the absence of one, cannot be made past
     /// them.
@@ -358,9 +359,10 @@ impl<'a> SessionIndex<'a> {
                 let e = ix
                     .shapes
                     .entry((t.k, t.prefix.as_str(), t.suffix.as_str()))
-                    .or_insert((0, 0));
+                    .or_insert((0, 0, 0));
                 e.0 += u64::from(t.support);
                 e.1 += u64::from(t.breaks);
+                e.2 += u64::from(t.skips);
             }
         }
         ix
@@ -398,7 +400,8 @@ impl<'a> SessionIndex<'a> {
             if a.prefix != b.prefix || a.suffix != b.suffix {
                 continue;
             }
-            let Some(&(support, breaks)) = self.shapes.get(&(k as u8, a.prefix, a.suffix)) else {
+            let Some(&(support, breaks, skips)) = self.shapes.get(&(k as u8, a.prefix, a.suffix))
+            else {
                 continue;
             };
             if support == 0 || breaks > 0 {
@@ -407,7 +410,7 @@ impl<'a> SessionIndex<'a> {
             let families: Vec<(&str, &str)> = self
                 .shapes
                 .iter()
-                .filter(|((kk, _, _), (s, b))| usize::from(*kk) == k && *s > 0 && *b == 0)
+                .filter(|((kk, _, _), (s, b, _))| usize::from(*kk) == k && *s > 0 && *b == 0)
                 .map(|((_, p, s), _)| (*p, *s))
                 .collect();
             return Some(ShapePair {
@@ -416,6 +419,7 @@ impl<'a> SessionIndex<'a> {
                 prefix: a.prefix,
                 suffix: a.suffix,
                 display: idshape::display_shape(&families),
+                skips: skips > 0,
             });
         }
         None
@@ -423,6 +427,9 @@ impl<'a> SessionIndex<'a> {
 }
 
 struct ShapePair<'s> {
+    /// Some stream's counter went up by more than one: the ids between may have gone to
+    /// other streams, so a counter past the next one proves no loss.
+    skips: bool,
     last_seq: &'s str,
     first_seq: &'s str,
     prefix: &'s str,
@@ -1303,14 +1310,23 @@ fn decide_opaque<'a>(
                     .into_iter()
                     .collect(),
             });
-        } else if let Some(sp) = ix.shape_pair(&last, first) {
-            r.decision = decide_structured(sp.last_seq, sp.first_seq, sp.prefix, sp.suffix);
+        } else if let Some((sp, decision)) = ix.shape_pair(&last, first).and_then(|sp| {
+            let d = decide_structured(sp.last_seq, sp.first_seq, sp.prefix, sp.suffix);
+            // A counter shared by streams skips ids on each: past the next one proves nothing.
+            (!(sp.skips && d.verdict == Verdict::GapSkipped)).then_some((sp, d))
+        }) {
+            r.decision = decision;
             r.forensic.id_shape = Some(sp.display.clone());
+            let how = if sp.skips {
+                "consecutive ids of a stream count up, some by more than one"
+            } else {
+                "consecutive ids of a stream count up by one"
+            };
             r.forensic.evidence = Some(Evidence {
                 how: EvidenceKind::IdShape,
                 detail: format!(
-                    "the session's ids have the shape {} (consecutive ids of a stream count up \
-                     by one); counter {} in Last-Event-ID, {} in the first id",
+                    "the session's ids have the shape {} ({how}); counter {} in Last-Event-ID, \
+                     {} in the first id",
                     sp.display, sp.last_seq, sp.first_seq
                 ),
                 id: Some(first.to_string()),
@@ -2255,13 +2271,14 @@ mod tests {
 
     #[test]
     fn a_shape_contradicted_anywhere_in_the_session_decides_nothing() {
+        // A counter that goes back contradicts the shape.
         let mut c = Cap::default();
         c.ex(
             "GET",
             "s",
             None,
             200,
-            &[("k_1", MSG), ("k_2", MSG), ("k_4", MSG)],
+            &[("k_1", MSG), ("k_2", MSG), ("k_4", MSG), ("k_3", MSG)],
         );
         c.ex("GET", "s", Some("k_4"), 200, &[("k_5", MSG)]);
         let (r, _) = c.run(&Options::default());
@@ -2280,6 +2297,55 @@ mod tests {
         let (r, _) = c.run(&Options::default());
         assert_eq!(r[0].decision.verdict, Verdict::Correct);
         assert_eq!(r[0].forensic.id_shape.as_deref(), Some("k_{seq}"));
+    }
+
+    /// A counter shared by several streams (the conformance suite's mock server), or a
+    /// priming event that takes an id on another stream, makes a stream skip ids: the shape
+    /// still orders them, so a resume at the next counter is correct and one before it a
+    /// replay, but one past it proves no loss.
+    #[test]
+    fn a_stream_that_skips_ids_keeps_its_shape_but_proves_no_gap() {
+        let session = |c: &mut Cap| {
+            c.ex(
+                "GET",
+                "s",
+                None,
+                200,
+                &[("event-8", MSG), ("event-9", MSG), ("event-10", MSG)],
+            );
+            c.ex(
+                "GET",
+                "s",
+                Some("event-10"),
+                200,
+                &[("event-11", MSG), ("event-19", ""), ("event-21", MSG)],
+            );
+        };
+        let mut c = Cap::default();
+        session(&mut c);
+        c.ex("GET", "s", Some("event-21"), 200, &[("event-22", MSG)]);
+        c.ex("GET", "s", Some("event-22"), 200, &[("event-20", MSG)]);
+        c.ex("GET", "s", Some("event-22"), 200, &[("event-25", MSG)]);
+        let (r, _) = c.run(&Options::default());
+        let verdicts: Vec<Verdict> = r.iter().map(|r| r.decision.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Correct,
+                Verdict::Correct,
+                Verdict::Replayed,
+                Verdict::Unverifiable
+            ]
+        );
+        assert_eq!(r[1].forensic.id_shape.as_deref(), Some("event-{seq}"));
+        assert!(
+            r[1].forensic
+                .evidence
+                .as_ref()
+                .is_some_and(|e| e.detail.contains("some by more than one"))
+        );
+        assert_eq!(r[3].forensic.id_shape, None);
+        assert!(r[3].decision.lost.is_none());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! priming event at the head of a resumed stream that repeats `Last-Event-ID` exactly: it
 //! re-states the client's position and delivers nothing, so the next id decides.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hasher;
 
@@ -287,7 +288,8 @@ pub struct DupId {
     pub again: Mark,
 }
 
-/// Consecutive ids of a stream that agree (`support`) or disagree (`breaks`) with a shape.
+/// Consecutive ids of a stream that agree (`support`), skip ahead (`skips`: the counter went
+/// up by more than one) or disagree (`breaks`) with a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShapeTally {
     pub k: u8,
@@ -295,6 +297,7 @@ pub struct ShapeTally {
     pub suffix: String,
     pub support: u32,
     pub breaks: u32,
+    pub skips: u32,
 }
 
 /// Bounded facts about one `text/event-stream` answer.
@@ -1062,19 +1065,30 @@ impl ShapeState {
                 Some(t) => match counter_in(next, t) {
                     Some(mid) => {
                         let value = small_value(mid);
-                        let counts = match (c.value, value) {
+                        let step = match (c.value, value) {
                             (Some(a), Some(b)) if a == b => None,
-                            (Some(a), Some(b)) => Some(a.checked_add(1) == Some(b)),
+                            (Some(a), Some(b)) if a.checked_add(1) == Some(b) => {
+                                Some(Ordering::Equal)
+                            }
+                            (Some(a), Some(b)) => Some(a.cmp(&b)),
                             _ => self
                                 .prev_id
                                 .as_deref()
                                 .and_then(|p| counter_in(p, t))
                                 .filter(|p| *p != mid)
-                                .map(|p| idshape::is_successor(p, mid)),
+                                .and_then(|p| {
+                                    if idshape::is_successor(p, mid) {
+                                        Some(Ordering::Equal)
+                                    } else {
+                                        idshape::cmp_decimal(p, mid)
+                                    }
+                                }),
                         };
-                        match counts {
-                            Some(true) => t.support = t.support.saturating_add(1),
-                            Some(false) => t.breaks = t.breaks.saturating_add(1),
+                        // Equal: up by one; Less: up by more; Greater: down.
+                        match step {
+                            Some(Ordering::Equal) => t.support = t.support.saturating_add(1),
+                            Some(Ordering::Less) => t.skips = t.skips.saturating_add(1),
+                            Some(Ordering::Greater) => t.breaks = t.breaks.saturating_add(1),
                             None => {}
                         }
                         self.cursor = Some(ShapeCursor { value, ..c });
@@ -1667,6 +1681,7 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usiz
                 suffix: obs.suffix.to_string(),
                 support: 0,
                 breaks: 0,
+                skips: 0,
             });
             s.shapes.len() - 1
         }
@@ -1678,6 +1693,8 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usiz
     let t = s.shapes.get_mut(at)?;
     if obs.counts {
         t.support = t.support.saturating_add(1);
+    } else if obs.skips {
+        t.skips = t.skips.saturating_add(1);
     } else {
         t.breaks = t.breaks.saturating_add(1);
     }
@@ -2148,7 +2165,7 @@ mod tests {
             Mark::new(3, 0),
         );
         t.body_gap(0, 10, Mark::new(4, 0));
-        // After the hole: a blank line resynchronizes, then a jump that is no contradiction.
+        // After the hole: a blank line resynchronizes; Ab_3 to Ab_9 across it is no pair.
         t.body(
             0,
             b"\n\nid: Ab_9\ndata: x\n\nid: Ab_11\ndata: x\n\n",
@@ -2159,7 +2176,8 @@ mod tests {
         assert_eq!(s.shapes.len(), 1);
         let tally = &s.shapes[0];
         assert_eq!((tally.prefix.as_str(), tally.suffix.as_str()), ("Ab_", ""));
-        assert_eq!((tally.support, tally.breaks), (2, 1));
+        // Ab_9 to Ab_11 skips one: no contradiction, but no support either.
+        assert_eq!((tally.support, tally.breaks, tally.skips), (2, 0, 1));
         assert_eq!(s.gaps, 1);
     }
 
