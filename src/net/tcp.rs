@@ -637,10 +637,10 @@ impl TcpConnection {
             .then(|| other.position(seg.ack))
             .and_then(|p| u64::try_from(p).ok())
             .unwrap_or(0);
-        if carries && needs > other.next && !self.held[o].is_empty() {
-            // This segment answers what the other direction holds (it acknowledges those
-            // bytes): they were received, so they go first, even if what they waited for is
-            // still missing.
+        if needs > other.next && !self.held[o].is_empty() {
+            // This segment acknowledges what the other direction holds: those bytes were
+            // received, so they go first (after what the capture holds of the bytes they
+            // answer), even if what they waited for is still missing.
             self.release_direction(o, usize::MAX, seg.mark, sink);
         }
         let other = &self.halves[o];
