@@ -1826,6 +1826,26 @@ fn symptoms(
         resume: Some(resume_cite(r)),
         cites,
     };
+    progress_regressions(xs, ix, xi, s, &make, findings);
+    duplicate_responses(xs, ix, xi, s, &make, findings);
+    list_changed_again(xs, ix, opts, xi, s, r, links, &make, findings);
+}
+
+/// What makes a finding tied to the resume being audited.
+type MakeFinding<'f> =
+    dyn Fn(FindingKind, Severity, String, Option<String>, Vec<Cite>) -> Finding + 'f;
+
+/// For each progress token of the resumed stream: its first progress at or below the
+/// highest the session delivered before it, or progress going back within the stream.
+fn progress_regressions(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    xi: usize,
+    s: &StreamSummary,
+    make: &MakeFinding<'_>,
+    findings: &mut Vec<Finding>,
+) {
+    let x = &xs[xi];
     let mut progress = 0;
     for t in &s.progress {
         if progress >= MAX_FINDINGS_PER_KIND {
@@ -1874,6 +1894,19 @@ fn symptoms(
             progress += 1;
         }
     }
+}
+
+/// JSON-RPC responses of the resumed stream whose request id was answered before, in the
+/// session or earlier on the same stream.
+fn duplicate_responses(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    xi: usize,
+    s: &StreamSummary,
+    make: &MakeFinding<'_>,
+    findings: &mut Vec<Finding>,
+) {
+    let x = &xs[xi];
     let mut dups = 0;
     let mut seen_rpc: HashSet<u64> = HashSet::new();
     for c in s.content.iter() {
@@ -1915,6 +1948,23 @@ fn symptoms(
             dups += 1;
         }
     }
+}
+
+/// `list_changed` notifications of the resumed stream whose id the client already had, or
+/// that order at or before `Last-Event-ID`.
+#[allow(clippy::too_many_arguments)]
+fn list_changed_again(
+    xs: &[ExchangeSummary],
+    ix: &SessionIndex<'_>,
+    opts: &Options,
+    xi: usize,
+    s: &StreamSummary,
+    r: &ResumeRecord,
+    links: &[Link<'_>],
+    make: &MakeFinding<'_>,
+    findings: &mut Vec<Finding>,
+) {
+    let x = &xs[xi];
     for lc in s.list_changed.iter().take(MAX_FINDINGS_PER_KIND) {
         let Some((hash, text)) = &lc.event_id else {
             continue;

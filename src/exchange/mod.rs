@@ -722,7 +722,9 @@ impl ExchangeTracker {
         let opens_session = request.is_some()
             && !request_named
             && (response.as_ref().is_some_and(|r| r.session_id.is_some())
-                || summary.as_ref().is_some_and(|s| s.endpoint_session.is_some()));
+                || summary
+                    .as_ref()
+                    .is_some_and(|s| s.endpoint_session.is_some()));
         let session_id = request
             .as_ref()
             .and_then(|r| r.session_id.clone())
@@ -856,7 +858,9 @@ impl ExchangeTracker {
             .unwrap_or(
                 if response.is_none()
                     && (no_answer != NoAnswer::NotCaptured
-                        || self.resynced.is_some_and(|m| m.frame >= request.complete.frame))
+                        || self
+                            .resynced
+                            .is_some_and(|m| m.frame >= request.complete.frame))
                 {
                     mark
                 } else {
@@ -1138,137 +1142,167 @@ impl StreamFacts {
             Some(id) if integer_id => digits_value(id),
             _ => None,
         };
-        let mut skipped_ack = false;
-        if let Some(r) = self.resume.as_mut() {
-            r.events += 1;
-            match ev.id {
-                None => {
-                    if r.first_id.is_none() {
-                        r.events_before_first_id += 1;
-                    }
-                }
-                Some(id) => {
-                    if r.first_id.is_none()
-                        && r.priming_ack.is_none()
-                        && priming
-                        && id == r.last_event_id.as_bytes()
-                    {
-                        r.priming_ack = Some(ev.mark);
-                        skipped_ack = true;
-                    } else {
-                        if integer_id
-                            && r.last_is_integer
-                            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
-                        {
-                            r.resent_ids += 1;
-                        }
-                        if r.first_id.is_none() {
-                            let text = String::from_utf8_lossy(id).into_owned();
-                            r.first_id =
-                                Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
-                        }
-                    }
-                }
-            }
-        }
-        let resumed = self.resume.is_some();
-        let Some(s) = self.summary.as_deref_mut() else {
+        let skipped_ack = self.resume_event(ev, priming, integer_id, int_value);
+        // The summary is taken out while its facts are written, so that the other parts of
+        // the state can be borrowed beside it.
+        let Some(mut s) = self.summary.take() else {
             return;
         };
         let event = s.events;
         s.events += 1;
-        if let Some(v) = ev.retry
-            && s.retry.last().map(|r| r.0) != Some(v)
+        note_retry_and_type(&mut s, ev);
+        let id = ev.id.map(|id| IdEvent {
+            id,
+            priming,
+            integer_id,
+            int_value,
+            skipped_ack,
+        });
+        let event_id_hash = id.map(|id| self.id_event(&mut s, ev, &id, event));
+        if ev.data_len > 0 {
+            self.data_event(&mut s, ev, integer_id, event, event_id_hash);
+        }
+        self.summary = Some(s);
+    }
+
+    /// What the event tells about the resume: events before the first id, the priming
+    /// acknowledgment, the first id, ids at or below `Last-Event-ID`. Returns true when the
+    /// event was the skipped acknowledgment.
+    fn resume_event(
+        &mut self,
+        ev: &SseEvent<'_>,
+        priming: bool,
+        integer_id: bool,
+        int_value: Option<u64>,
+    ) -> bool {
+        let Some(r) = self.resume.as_mut() else {
+            return false;
+        };
+        r.events += 1;
+        let Some(id) = ev.id else {
+            if r.first_id.is_none() {
+                r.events_before_first_id += 1;
+            }
+            return false;
+        };
+        if r.first_id.is_none()
+            && r.priming_ack.is_none()
+            && priming
+            && id == r.last_event_id.as_bytes()
         {
-            if s.retry.len() < MAX_RETRY {
-                s.retry.push((v, ev.mark));
+            r.priming_ack = Some(ev.mark);
+            return true;
+        }
+        if integer_id
+            && r.last_is_integer
+            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
+        {
+            r.resent_ids += 1;
+        }
+        if r.first_id.is_none() {
+            let text = String::from_utf8_lossy(id).into_owned();
+            r.first_id = Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
+        }
+        false
+    }
+
+    /// The facts of an event's id: counters, shape tallies, namespace keys, duplicates, first,
+    /// last and highest ids, and the id fact itself. Returns the id's hash.
+    fn id_event(
+        &mut self,
+        s: &mut StreamSummary,
+        ev: &SseEvent<'_>,
+        e: &IdEvent<'_>,
+        event: u64,
+    ) -> u64 {
+        let IdEvent {
+            id,
+            priming,
+            integer_id,
+            int_value,
+            skipped_ack,
+        } = *e;
+        let hash = fact_hash(&[id]);
+        let id_index = s.ids;
+        s.ids += 1;
+        if priming {
+            s.priming += 1;
+        }
+        let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
+        let shaped = match text {
+            // Integers are compared as they are: they have no shape to learn.
+            Some(t) if !integer_id => self.shape.step(s, t),
+            _ => {
+                self.shape = ShapeState::default();
+                None
+            }
+        };
+        // Ids of one shape share their namespace key: it is computed once per shape, and
+        // an integer's key is empty.
+        let (key, key_len) = match shaped {
+            Some(k) => k,
+            None if integer_id => *EMPTY_KEY,
+            None => idshape::namespace_key_hash(id),
+        };
+        if self.last_key != Some(key) && !s.keys.contains(&key) {
+            if s.keys.len() < MAX_KEYS {
+                s.keys.push(key);
             } else {
                 s.facts_dropped += 1;
             }
         }
-        match ev.event_type {
-            b"endpoint" if s.endpoint_session.is_none() => {
-                s.endpoint_session = jsonrpc::session_from_url(ev.data);
-            }
-            b"resume" if s.resume_ack.is_none() => {
-                s.resume_ack = jsonrpc::resume_point(ev.data).map(|p| (p, ev.mark));
-            }
-            _ => {}
+        self.last_key = Some(key);
+        // Duplicates inside one resumed stream (a priming event delivers nothing, and the
+        // skipped acknowledgment is the client's own position).
+        if let Some(r) = self.resume.as_mut()
+            && !priming
+            && !r.seen.push(hash, id, int_value, ev.mark)
+        {
+            s.facts_dropped += 1;
         }
-        let mut event_id_hash = None;
-        if let Some(id) = ev.id {
-            let hash = fact_hash(&[id]);
-            event_id_hash = Some(hash);
-            let id_index = s.ids;
-            s.ids += 1;
-            if priming {
-                s.priming += 1;
-            }
-            let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
-            let shaped = match text {
-                // Integers are compared as they are: they have no shape to learn.
-                Some(t) if !integer_id => self.shape.step(s, t),
-                _ => {
-                    self.shape = ShapeState::default();
-                    None
-                }
-            };
-            // Ids of one shape share their namespace key: it is computed once per shape, and
-            // an integer's key is empty.
-            let (key, key_len) = match shaped {
-                Some(k) => k,
-                None if integer_id => *EMPTY_KEY,
-                None => idshape::namespace_key_hash(id),
-            };
-            if self.last_key != Some(key) && !s.keys.contains(&key) {
-                if s.keys.len() < MAX_KEYS {
-                    s.keys.push(key);
-                } else {
-                    s.facts_dropped += 1;
-                }
-            }
-            self.last_key = Some(key);
-            // Duplicates inside one resumed stream (a priming event delivers nothing, and the
-            // skipped acknowledgment is the client's own position).
-            if let Some(r) = self.resume.as_mut()
-                && !priming
-                && !r.seen.push(hash, id, int_value, ev.mark)
-            {
-                s.facts_dropped += 1;
-            }
-            if s.first_id.is_none() {
-                set_seen(&mut s.first_id, id, text, ev.mark, id_index);
-            }
-            if integer_id && let Some(text) = text {
-                self.max_int.see(text, int_value, id, ev.mark, id_index);
-            }
-            // The text of an integer written without leading zeros is its value: it is written
-            // out once, when the stream ends, rather than copied at every event.
-            match int_value {
-                Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
-                    self.last_int = Some((v, ev.mark, id_index));
-                }
-                _ => {
-                    self.last_int = None;
-                    set_seen(&mut s.last_id, id, text, ev.mark, id_index);
-                }
-            }
-            s.id_facts.push(IdFact {
-                hash,
-                mark: ev.mark,
-                event,
-                id_index,
-                priming,
-                integer: integer_id,
-                key,
-                key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
-                text: (resumed && !skipped_ack && s.id_facts.head_has_room())
-                    .then(|| cut_text(id).into_boxed_str()),
-            });
+        if s.first_id.is_none() {
+            set_seen(&mut s.first_id, id, text, ev.mark, id_index);
         }
-        if ev.data_len == 0 {
-            return;
+        if integer_id && let Some(text) = text {
+            self.max_int.see(text, int_value, id, ev.mark, id_index);
         }
+        // The text of an integer written without leading zeros is its value: it is written
+        // out once, when the stream ends, rather than copied at every event.
+        match int_value {
+            Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
+                self.last_int = Some((v, ev.mark, id_index));
+            }
+            _ => {
+                self.last_int = None;
+                set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+            }
+        }
+        let resumed = self.resume.is_some();
+        s.id_facts.push(IdFact {
+            hash,
+            mark: ev.mark,
+            event,
+            id_index,
+            priming,
+            integer: integer_id,
+            key,
+            key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
+            text: (resumed && !skipped_ack && s.id_facts.head_has_room())
+                .then(|| cut_text(id).into_boxed_str()),
+        });
+        hash
+    }
+
+    /// An event with data: read for JSON-RPC facts now when it is among the first, else
+    /// held back in case it is among the last.
+    fn data_event(
+        &mut self,
+        s: &mut StreamSummary,
+        ev: &SseEvent<'_>,
+        integer_id: bool,
+        event: u64,
+        event_id: Option<u64>,
+    ) {
         let data = EventData {
             data: ev.data,
             event_type: ev.event_type,
@@ -1278,7 +1312,7 @@ impl StreamFacts {
             integer_id,
             mark: ev.mark,
             event,
-            event_id: event_id_hash,
+            event_id,
         };
         if event < CLASSIFY_HEAD {
             read_data(s, &data);
@@ -1340,6 +1374,40 @@ impl StreamFacts {
         if let Some(s) = self.summary.as_deref_mut() {
             s.gaps += 1;
         }
+    }
+}
+
+/// An event's id, with what the caller already knows of it.
+#[derive(Clone, Copy)]
+struct IdEvent<'a> {
+    id: &'a [u8],
+    /// The event has no data.
+    priming: bool,
+    integer_id: bool,
+    int_value: Option<u64>,
+    /// It was the priming acknowledgment skipped at the head of a resumed stream.
+    skipped_ack: bool,
+}
+
+/// `retry:` values as they change, and what `endpoint` and `resume` events name.
+fn note_retry_and_type(s: &mut StreamSummary, ev: &SseEvent<'_>) {
+    if let Some(v) = ev.retry
+        && s.retry.last().map(|r| r.0) != Some(v)
+    {
+        if s.retry.len() < MAX_RETRY {
+            s.retry.push((v, ev.mark));
+        } else {
+            s.facts_dropped += 1;
+        }
+    }
+    match ev.event_type {
+        b"endpoint" if s.endpoint_session.is_none() => {
+            s.endpoint_session = jsonrpc::session_from_url(ev.data);
+        }
+        b"resume" if s.resume_ack.is_none() => {
+            s.resume_ack = jsonrpc::resume_point(ev.data).map(|p| (p, ev.mark));
+        }
+        _ => {}
     }
 }
 
