@@ -102,7 +102,8 @@ impl Capture {
         let mut at = 0;
         let mut order = Order::Little;
         while at + 12 <= bytes.len() {
-            let kind_le = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+            let kind_le =
+                u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
             if kind_le == 0x0A0D_0D0A {
                 order = if u32::from_le_bytes([
                     bytes[at + 8],
@@ -409,7 +410,10 @@ fn excess(base: &Claims, lossy: &Claims) -> Vec<String> {
     for (k, l) in &lossy.resumes {
         let Some(b) = base.resumes.get(k) else {
             if l.verdict != Verdict::CaptureIncomplete {
-                bad.push(format!("{k:?}: a resume the whole capture lacks, {:?}", l.verdict));
+                bad.push(format!(
+                    "{k:?}: a resume the whole capture lacks, {:?}",
+                    l.verdict
+                ));
             }
             continue;
         };
@@ -417,7 +421,10 @@ fn excess(base: &Claims, lossy: &Claims) -> Vec<String> {
             || l.verdict == Verdict::CaptureIncomplete
             || (b.from_evidence && l.verdict == Verdict::Unverifiable);
         if !verdict_ok {
-            bad.push(format!("{k:?}: verdict {:?} became {:?}", b.verdict, l.verdict));
+            bad.push(format!(
+                "{k:?}: verdict {:?} became {:?}",
+                b.verdict, l.verdict
+            ));
         }
         // `consistent` accuses nobody; `stale` and `ahead` are claims about the client.
         let cursor_ok = match l.cursor {
@@ -425,7 +432,10 @@ fn excess(base: &Claims, lossy: &Claims) -> Vec<String> {
             other => other == b.cursor,
         };
         if !cursor_ok {
-            bad.push(format!("{k:?}: cursor {:?} became {:?}", b.cursor, l.cursor));
+            bad.push(format!(
+                "{k:?}: cursor {:?} became {:?}",
+                b.cursor, l.cursor
+            ));
         }
         // How a shape is displayed depends on the streams seen; that one is claimed at all
         // is what counts.
@@ -520,15 +530,30 @@ fn capture_loss_never_adds_an_accusation() {
     let captures = common::fixture_files(is_capture, |d| {
         !d.ends_with("malformed") && !d.ends_with("fuzz")
     });
-    assert!(captures.len() > 60, "fixtures not found: {}", captures.len());
-    assert!(captures.iter().any(|p| p.to_string_lossy().contains("tls-real")));
-    assert!(captures.iter().any(|p| p.to_string_lossy().contains("h2-real")));
+    assert!(
+        captures.len() > 60,
+        "fixtures not found: {}",
+        captures.len()
+    );
+    assert!(
+        captures
+            .iter()
+            .any(|p| p.to_string_lossy().contains("tls-real"))
+    );
+    assert!(
+        captures
+            .iter()
+            .any(|p| p.to_string_lossy().contains("h2-real"))
+    );
     let only = std::env::var("CAPTURE_LOSS_ONLY").ok();
     let mut failures = Vec::new();
     let mut runs = 0u64;
     let mut resumes = 0usize;
     for path in &captures {
-        if only.as_deref().is_some_and(|o| !path.to_string_lossy().contains(o)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !path.to_string_lossy().contains(o))
+        {
             continue;
         }
         let bytes = std::fs::read(path).unwrap();
@@ -564,7 +589,10 @@ fn capture_loss_never_adds_an_accusation() {
             }
         }
     }
-    assert!(only.is_some() || resumes > 100, "too few resumes: {resumes}");
+    assert!(
+        only.is_some() || resumes > 100,
+        "too few resumes: {resumes}"
+    );
     assert!(
         failures.is_empty(),
         "{} of {runs} lossy runs claim more than the whole capture:\n{}",

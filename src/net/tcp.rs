@@ -718,7 +718,10 @@ impl TcpConnection {
             let seg = TcpSegment {
                 seq: h.seq,
                 ack: 0,
-                flags: TcpFlags { ack: false, ..h.flags },
+                flags: TcpFlags {
+                    ack: false,
+                    ..h.flags
+                },
                 payload: &h.payload,
                 mark: h.mark,
             };
