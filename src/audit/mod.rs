@@ -1493,20 +1493,42 @@ fn audit_resume<'a>(
     }
     if let Some(rd) = &red.id_elsewhere {
         let text = rd.again.text.as_deref().map(str::to_string);
+        let first = text
+            .as_deref()
+            .map(|t| format!("{t} ("))
+            .unwrap_or_else(|| "(".into());
+        // "Not at or before Last-Event-ID on its stream" is only known when the capture holds
+        // where the client's cursor came from: after a loss it is a note that names the loss.
+        let (severity, detail) = match ix.loss_before(xs, req.frame, xi) {
+            None if !ix.unread => (
+                Severity::Warning,
+                format!(
+                    "the resumed stream re-sent {} id(s) already delivered on another stream of \
+                     the session, first {first}frame {}, again at frame {}); they are not at or \
+                     before Last-Event-ID on its stream, so the client may or may not have had \
+                     them",
+                    rd.count, rd.earlier.1.mark.frame, rd.again.mark.frame
+                ),
+            ),
+            lost => (
+                Severity::Info,
+                format!(
+                    "the resumed stream re-sent {} id(s) already delivered on another stream of \
+                     the session, first {first}frame {}, again at frame {}); the capture lost \
+                     bytes of the session{}, so whether the client had acknowledged them cannot \
+                     be told",
+                    rd.count,
+                    rd.earlier.1.mark.frame,
+                    rd.again.mark.frame,
+                    lost.map(|j| format!(" (from frame {})", xs[j].start().frame))
+                        .unwrap_or_default()
+                ),
+            ),
+        };
         findings.push(finding(
             FindingKind::DuplicateDelivery,
-            Severity::Warning,
-            format!(
-                "the resumed stream re-sent {} id(s) already delivered on another stream of the \
-                 session, first {}frame {}, again at frame {}); they are not at or before \
-                 Last-Event-ID on its stream, so the client may or may not have had them",
-                rd.count,
-                text.as_deref()
-                    .map(|t| format!("{t} ("))
-                    .unwrap_or_else(|| "(".into()),
-                rd.earlier.1.mark.frame,
-                rd.again.mark.frame
-            ),
+            severity,
+            detail,
             text,
             vec![
                 cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
