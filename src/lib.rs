@@ -35,8 +35,8 @@ mod report;
 pub use audit::idshape::IdPattern;
 pub use audit::verdict::Verdict;
 pub use audit::{
-    Cite, DEFAULT_SESSION_MEMORY, Finding, FindingKind, Options as AuditOptions, Retention,
-    SessionView, Severity, Sink,
+    Cite, CursorStatus, DEFAULT_SESSION_MEMORY, Finding, FindingKind, Options as AuditOptions,
+    Retention, SessionView, Severity, Sink,
 };
 pub use driver::{
     EndpointFilter, HumanReport, InputReport, InputStats, Options, Progress, RunOutcome, TlsKeys,

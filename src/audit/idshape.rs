@@ -66,13 +66,18 @@ pub struct PairObs<'a> {
     pub k: u8,
     pub prefix: &'a str,
     pub suffix: &'a str,
-    /// The counter went up by exactly one; otherwise the shape is contradicted.
+    /// The counter went up by exactly one.
     pub counts: bool,
+    /// The counter went up by more than one: a counter shared by several streams does that,
+    /// so the shape still orders ids, but ids between may have gone elsewhere. A counter
+    /// that stays or goes down contradicts the shape.
+    pub skips: bool,
 }
 
 /// Compares two consecutive ids of one stream. They speak of a shape only when they differ in
 /// exactly one digit run (same text before and after it); the pair then supports that shape
-/// when the run counts up by one, and contradicts it otherwise. Equal ids, ids that differ
+/// when the run counts up by one, skips when it goes up by more, and contradicts it
+/// otherwise. Equal ids, ids that differ
 /// elsewhere, and pure integers (already comparable) say nothing.
 pub fn observe_pair<'a>(prev: &'a str, next: &str) -> Option<PairObs<'a>> {
     if prev == next || DecimalId::parse(prev).is_some() && DecimalId::parse(next).is_some() {
@@ -88,6 +93,8 @@ pub fn observe_pair<'a>(prev: &'a str, next: &str) -> Option<PairObs<'a>> {
                 prefix: a.prefix,
                 suffix: a.suffix,
                 counts: is_successor(a.seq, b.seq),
+                skips: !is_successor(a.seq, b.seq)
+                    && cmp_decimal(a.seq, b.seq) == Some(Ordering::Less),
             });
         }
     }

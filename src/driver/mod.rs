@@ -575,6 +575,9 @@ enum StageEvent {
     /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
     /// the events queued between threads stay small.
     Ended(Box<(Option<ExchangeSummary>, Option<ResumeRecord>)>),
+    /// A connection that may carry MCP was not read, wholly or in part, or lost requests (or
+    /// answers it could not pair) that no session can be named for.
+    Unread,
 }
 
 /// A [`StageEvent`] with its place in the order the session stage takes them in: the frame
@@ -641,6 +644,10 @@ impl StreamSink for Bridge<'_> {
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
         self.first.get_or_insert(false);
         self.gaps[dir.index()] = true;
+        if self.app.client_direction().is_none_or(|c| c == dir) {
+            // Requests may have been lost: no session can be named for them.
+            self.tracker.unattributed_loss = true;
+        }
         self.app.gap(self.ctx, dir, len, mark, self.tracker);
     }
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
@@ -784,7 +791,20 @@ impl Shard {
         c.tcp.finish(how, mark, &mut bridge);
         let server_dir = c.app.client_direction().map(Direction::other);
         let server_end = server_dir.and_then(|d| c.ends[d.index()]);
-        let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()]);
+        // Bytes a layer above TCP lost (TLS records it could not decrypt, HTTP/2 header blocks
+        // it could not read) may have held the answer too.
+        let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()])
+            || c.app.losses().into_iter().any(|(kind, n)| {
+                n > 0
+                    && matches!(
+                        kind,
+                        "tls_records_lost"
+                            | "tls_resync_failed"
+                            | "tls_auth_failures"
+                            | "h2_headers_unreadable"
+                            | "h2_resynchronized"
+                    )
+            });
         c.tracker.finish(server_end, server_gaps, mark);
         let frame = if self.finishing {
             END_OF_INPUT
@@ -823,6 +843,26 @@ impl Shard {
                     self.count_unread(reason, server, c.bytes);
                 }
             }
+        }
+        let ignored = |server: &Endpoint| self.ignore.iter().any(|f| f.matches(server));
+        let server = match c.app.client_direction() {
+            Some(Direction::Reverse) => c.endpoints.0,
+            _ => c.endpoints.1,
+        };
+        let unread = match coverage {
+            Coverage::Unread(Unread::NotHttp) => false,
+            Coverage::Unread(_) => c.bytes > 0 && !ignored(&server),
+            _ => c.app.losses().into_iter().any(|(kind, n)| {
+                n > 0 && matches!(kind, "h2_headers_unreadable" | "tls_resync_failed")
+            }),
+        };
+        if unread {
+            self.events.push(Keyed {
+                frame,
+                stream,
+                exchange: 0,
+                event: StageEvent::Unread,
+            });
         }
         for (kind, n) in c.app.losses() {
             match kind {
@@ -867,6 +907,14 @@ impl Shard {
 /// requests named, and each exchange that ended with its summary and resume, endpoints filled
 /// in. `frame` is their key.
 fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
+    if std::mem::take(&mut c.tracker.unattributed_loss) {
+        events.push(Keyed {
+            frame,
+            stream,
+            exchange: 0,
+            event: StageEvent::Unread,
+        });
+    }
     for (exchange, sid) in c.tracker.opened.drain(..) {
         events.push(Keyed {
             frame,
@@ -1028,6 +1076,7 @@ impl<'s> Merger<'s> {
             let key = (k.stream, k.exchange);
             match k.event {
                 StageEvent::Opened(sid) => self.stage.opened(&sid, key),
+                StageEvent::Unread => self.stage.traffic_unread(),
                 StageEvent::Ended(ended) => {
                     let (x, r) = *ended;
                     self.stage.exchange(Some(key), x, r, self.sink)
