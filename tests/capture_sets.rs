@@ -838,3 +838,26 @@ fn compressed_standard_input_is_read() {
     };
     assert_eq!(no_sessions(&lines), no_sessions(&want.lines));
 }
+
+#[test]
+fn a_report_is_never_written_over_a_file_of_an_input_directory() {
+    let top = tempfile::tempdir().unwrap();
+    std::fs::create_dir(top.path().join("host")).unwrap();
+    let evidence = top.path().join("host/trace.pcap");
+    std::fs::copy(loopback(), &evidence).unwrap();
+    let r = run(&[
+        "-o".to_string(),
+        evidence.display().to_string(),
+        top.path().display().to_string(),
+    ]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("refusing to write the report"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read(&evidence).unwrap(),
+        std::fs::read(loopback()).unwrap()
+    );
+}

@@ -249,6 +249,33 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
 /// file with its number in the ring.
 type Group = (usize, String, SetKind, Vec<(u64, PathBuf)>);
 
+/// Every regular file the paths name, directories walked as [`plan`] walks them, whatever
+/// their content: what a run may read, and so must never overwrite.
+pub fn files_under(paths: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() && depth < MAX_DEPTH {
+                walk(&p, depth + 1, out);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, 0, &mut out);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
 /// Records a file by its canonical path; false when it was seen already.
 fn remember(seen: &mut HashSet<PathBuf>, path: &Path) -> bool {
     seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
