@@ -861,3 +861,24 @@ fn a_report_is_never_written_over_a_file_of_an_input_directory() {
         std::fs::read(loopback()).unwrap()
     );
 }
+
+#[test]
+fn a_capture_and_its_compressed_copy_are_not_taken_for_a_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("trace.pcap");
+    std::fs::copy(loopback(), &plain).unwrap();
+    let (_, gz) = compressed(&std::fs::read(&plain).unwrap()).swap_remove(0);
+    std::fs::write(dir.path().join("trace.pcap.gz"), gz).unwrap();
+    let r = run(&[dir.path().display().to_string()]);
+    assert!(
+        r.stderr.contains("have the same number in the ring"),
+        "{}",
+        r.stderr
+    );
+    let per_input = r.lines.last().unwrap()["per_input"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(per_input.len(), 2);
+    assert_eq!(per_input[0]["resumes"], per_input[1]["resumes"]);
+}
