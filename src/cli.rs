@@ -173,7 +173,8 @@ fn refuse_to_overwrite_an_input(
     let Ok(out) = std::fs::metadata(output) else {
         return Ok(());
     };
-    for input in inputs {
+    // Files inside an input directory are inputs too.
+    for input in &mcp_resume_audit::input::set::files_under(inputs) {
         if let Ok(m) = std::fs::metadata(input)
             && m.dev() == out.dev()
             && m.ino() == out.ino()

@@ -838,3 +838,47 @@ fn compressed_standard_input_is_read() {
     };
     assert_eq!(no_sessions(&lines), no_sessions(&want.lines));
 }
+
+#[test]
+fn a_report_is_never_written_over_a_file_of_an_input_directory() {
+    let top = tempfile::tempdir().unwrap();
+    std::fs::create_dir(top.path().join("host")).unwrap();
+    let evidence = top.path().join("host/trace.pcap");
+    std::fs::copy(loopback(), &evidence).unwrap();
+    let r = run(&[
+        "-o".to_string(),
+        evidence.display().to_string(),
+        top.path().display().to_string(),
+    ]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("refusing to write the report"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read(&evidence).unwrap(),
+        std::fs::read(loopback()).unwrap()
+    );
+}
+
+#[test]
+fn a_capture_and_its_compressed_copy_are_not_taken_for_a_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("trace.pcap");
+    std::fs::copy(loopback(), &plain).unwrap();
+    let (_, gz) = compressed(&std::fs::read(&plain).unwrap()).swap_remove(0);
+    std::fs::write(dir.path().join("trace.pcap.gz"), gz).unwrap();
+    let r = run(&[dir.path().display().to_string()]);
+    assert!(
+        r.stderr.contains("have the same number in the ring"),
+        "{}",
+        r.stderr
+    );
+    let per_input = r.lines.last().unwrap()["per_input"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(per_input.len(), 2);
+    assert_eq!(per_input[0]["resumes"], per_input[1]["resumes"]);
+}

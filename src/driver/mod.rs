@@ -1,6 +1,9 @@
 //! The driver: inputs → packets → connections → exchanges → resumes, in parallel.
 //!
-//! Input: paths (or `-` for standard input) and [`Options`].
+//! Input: paths (or `-` for standard input) and [`Options`]; [`run`] makes them inputs
+//! ([`crate::input::set`]): files, directories walked, ring buffers and `--merge` sets read as
+//! one capture, `--fleet` capture points merged by time ([`crate::input::merge`]), each file
+//! possibly compressed ([`crate::input::compressed`]).
 //! Output: per input an [`InputReport`] (resumes in report order, counters, problems), and
 //! [`run`] writes the whole report.
 //! Invariants:
@@ -10,7 +13,11 @@
 //! - The reader's flow table is bounded by `Limits::max_connections` (least recently active
 //!   evicted first); connections closed by either side leave it after a quiet minute of
 //!   capture time.
-//! - Payload bytes are copied at most once (into a batch for a worker thread), never kept.
+//! - Payload bytes are copied at most once (into a batch for a worker thread), never kept
+//!   (a `--fleet` run copies them once more, into the merged stream).
+//! - The files of a set are read one after the other through one flow table; a frame of
+//!   member `n` is numbered `n << MEMBER_SHIFT | its own number` ([`crate::record`]), so
+//!   frames keep growing in reading order and a lone file's numbers are its own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;

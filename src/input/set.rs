@@ -195,7 +195,9 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
     // Group by the names the capture tools give; a group of one is a file alone.
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut alone: Vec<(usize, PathBuf)> = Vec::new();
+    let mut position: std::collections::HashMap<PathBuf, usize> = Default::default();
     for (i, f) in files.into_iter().enumerate() {
+        position.insert(f.clone(), i);
         match ring_name(&f) {
             Some(r) => {
                 groups
@@ -211,6 +213,25 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
         alone.into_iter().map(|(i, f)| (i, Input::One(f))).collect();
     for (_, (first, pattern, kind, mut members)) in groups {
         members.sort();
+        // Two files with one number are not one ring (a file and its compressed copy, say):
+        // they are read apart, as given.
+        if let Some(w) = members.windows(2).find(|w| w[0].0 == w[1].0) {
+            plan.messages.push((
+                false,
+                format!(
+                    "{pattern}: {} and {} have the same number in the ring, so the files are \
+                     read apart (--merge reads them as one capture)",
+                    w[0].1.display(),
+                    w[1].1.display()
+                ),
+            ));
+            placed.extend(
+                members
+                    .into_iter()
+                    .map(|(_, p)| (position.get(&p).copied().unwrap_or(first), Input::One(p))),
+            );
+            continue;
+        }
         // A ring buffer numbers its files without holes: a hole is a file that is missing.
         let missing: Vec<u64> = members
             .windows(2)
@@ -248,6 +269,33 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
 /// Files named alike: where the first was named, the set's pattern, its kind, and each
 /// file with its number in the ring.
 type Group = (usize, String, SetKind, Vec<(u64, PathBuf)>);
+
+/// Every regular file the paths name, directories walked as [`plan`] walks them, whatever
+/// their content: what a run may read, and so must never overwrite.
+pub fn files_under(paths: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() && depth < MAX_DEPTH {
+                walk(&p, depth + 1, out);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, 0, &mut out);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}
 
 /// Records a file by its canonical path; false when it was seen already.
 fn remember(seen: &mut HashSet<PathBuf>, path: &Path) -> bool {
