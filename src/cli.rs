@@ -174,7 +174,7 @@ fn refuse_to_overwrite_an_input(
         return Ok(());
     };
     // Files inside an input directory are inputs too.
-    for input in &mcp_resume_audit::input::set::files_under(inputs) {
+    for input in &mcp_resume_audit::files_under(inputs) {
         if let Ok(m) = std::fs::metadata(input)
             && m.dev() == out.dev()
             && m.ino() == out.ino()

@@ -43,6 +43,7 @@ pub use driver::{
     analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, run,
 };
 pub use exchange::ResumeRecord;
+pub use input::set::files_under;
 pub use record::Limits;
 pub use report::{write_finding, write_resume, write_session};
 

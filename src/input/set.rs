@@ -270,7 +270,7 @@ pub fn plan(paths: &[PathBuf], merge: bool) -> Plan {
 /// file with its number in the ring.
 type Group = (usize, String, SetKind, Vec<(u64, PathBuf)>);
 
-/// Every regular file the paths name, directories walked as [`plan`] walks them, whatever
+/// Every regular file the paths name, directories walked as the inputs are walked, whatever
 /// their content: what a run may read, and so must never overwrite.
 pub fn files_under(paths: &[PathBuf]) -> Vec<PathBuf> {
     fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
