@@ -309,13 +309,23 @@ struct SessionIndex<'a> {
 }
 
 /// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
-/// was lost, a request whose answer was not captured, or an answer whose request was not. A
-/// stream still open when the capture ended lost nothing before that end.
+/// was lost, a request whose answer was not captured, or an answer whose request was not, or a
+/// HAR body not proven whole. A captured stream still open when the capture ended lost
+/// nothing before that end.
 fn lost_bytes(x: &ExchangeSummary) -> bool {
     x.stream.as_deref().is_some_and(|s| s.gaps > 0)
         || matches!(x.end, Some((BodyEnd::LostSync, _)))
         || x.request.is_none()
         || x.response.is_none()
+        || har_body_unproven(x)
+}
+
+/// A HAR event stream whose body the entry does not prove whole: tools leave streamed bodies
+/// out or cut them short, so it may have delivered more than it holds.
+fn har_body_unproven(x: &ExchangeSummary) -> bool {
+    x.connection.har_entry.is_some()
+        && x.event_stream
+        && !matches!(x.end, Some((BodyEnd::Complete, _)))
 }
 
 impl<'a> SessionIndex<'a> {
@@ -846,6 +856,14 @@ pub fn analyze(
             loose.push(dup);
         }
     }
+    // In the order the exchanges began: an input held whole (a HAR lists entries as they
+    // completed) must not end a session at its DELETE before a stream that began earlier and
+    // completed later, such as the standalone GET.
+    let mut xs = xs;
+    xs.sort_by_key(|x| {
+        let m = x.start();
+        (m.time_ns, m.frame, x.exchange)
+    });
     for x in xs {
         let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
         stage.exchange(None, Some(x), r, &mut sink);
@@ -950,6 +968,8 @@ fn audit_session(
     let members: Vec<usize> = (0..xs.len()).collect();
     let mut ix = SessionIndex::build(&xs, &members);
     ix.unread = unread;
+    // A HAR input's marks carry entry indexes where a capture's carry frame numbers.
+    let har = xs.iter().any(|x| x.connection.har_entry.is_some());
     let mut session_findings = Vec::new();
     for &xi in &members {
         let Some(key) = join_of_summary(&xs[xi]) else {
@@ -965,16 +985,63 @@ fn audit_session(
             continue;
         };
         audit_resume(&xs, &ix, cross, opts, xi, r);
+        if har {
+            har_places(&mut r.forensic);
+        }
         session_findings.extend(r.forensic.findings.iter().cloned());
     }
     let mut loose = Vec::new();
     cursor_lost(&xs, &ix, &mut loose);
     loose_duplicate_responses(&xs, &ix, &mut loose);
+    if har {
+        for f in &mut loose {
+            f.detail = har_words(&f.detail);
+        }
+    }
     session_findings.extend(loose.iter().cloned());
     let view = opts
         .views
         .then(|| view(sid, &xs, &members, resumes, &resume_of, session_findings));
     (loose, view)
+}
+
+/// The words of a detail for HAR input: "frame N" there is HAR entry N.
+fn har_words(detail: &str) -> String {
+    let mut out = String::with_capacity(detail.len() + 16);
+    let mut rest = detail;
+    while let Some(at) = rest.find("frame") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "frame".len()..];
+        let (word, tail) = match after.strip_prefix("s ") {
+            Some(t) => ("HAR entries ", t),
+            None => match after.strip_prefix(' ') {
+                Some(t) => ("HAR entry ", t),
+                None => ("frame", after),
+            },
+        };
+        // Only a place: the word followed by a number.
+        if word != "frame" && tail.starts_with(|c: char| c.is_ascii_digit()) {
+            out.push_str(word);
+            rest = tail;
+        } else {
+            out.push_str("frame");
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn har_places(f: &mut Forensics) {
+    for x in &mut f.findings {
+        x.detail = har_words(&x.detail);
+    }
+    if let Some(c) = &mut f.cursor {
+        c.detail = har_words(&c.detail);
+    }
+    if let Some(e) = &mut f.evidence {
+        e.detail = har_words(&e.detail);
+    }
 }
 
 fn decide_by_counter(last: &str, first: &str) -> Decision {
@@ -2375,6 +2442,16 @@ mod tests {
     /// priming event that takes an id on another stream, makes a stream skip ids: the shape
     /// still orders them, so a resume at the next counter is correct and one before it a
     /// replay, but one past it proves no loss.
+    #[test]
+    fn har_details_name_entries_not_frames() {
+        assert_eq!(
+            har_words("delivered at frame 48, frames 3 and 4 (frame 7); a frame of mind"),
+            "delivered at HAR entry 48, HAR entries 3 and 4 (HAR entry 7); a frame of mind"
+        );
+        assert_eq!(har_words("frame"), "frame");
+        assert_eq!(har_words("frames x"), "frames x");
+    }
+
     #[test]
     fn a_stream_that_skips_ids_keeps_its_shape_but_proves_no_gap() {
         let session = |c: &mut Cap| {
