@@ -1650,9 +1650,9 @@ fn audit_cursor(
             && index > link.fact.id_index
         {
             let behind = index - link.fact.id_index;
-            if let Some(j) = ix.loss_before(xs, before, link.x) {
-                // A later delivery of Last-Event-ID, on a stream whose bytes were lost, may be
-                // where the client's cursor came from.
+            if let Some(j) = ix.loss_before(xs, before, usize::MAX) {
+                // A later delivery of Last-Event-ID, on a stream whose bytes were lost (this
+                // one included), may be where the client's cursor came from.
                 return Cursor {
                     status: CursorStatus::NotSeen,
                     detail: format!(

@@ -684,12 +684,10 @@ impl ExchangeTracker {
         for id in ids {
             if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
-                // Bytes skipped after the request may have held its answer's head.
-                let skipped_after = match (&ex.request, self.resynced) {
-                    (Some(r), Some(m)) => m.frame >= r.complete.frame,
-                    (None, Some(_)) => true,
-                    _ => false,
-                };
+                // Bytes the HTTP stage skipped, or an answer it could not pair, may have been
+                // this request's answer: after the request, or before it when the capture
+                // holds the answer ahead of the request it answers.
+                let skipped_after = self.resynced.is_some();
                 let no_answer = match server_end {
                     _ if server_gaps || skipped_after => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
