@@ -1574,7 +1574,7 @@ fn audit_resume<'a>(
                      the session, first {first}frame {}, again at frame {}); they are not at or \
                      before Last-Event-ID on its stream, so the client may or may not have had \
                      them",
-                    rd.count, rd.earlier.1.mark.frame, rd.again.mark.frame
+                    rd.count, rd.earlier.1.start.frame, rd.again.start.frame
                 ),
             ),
             lost => (
@@ -1585,8 +1585,8 @@ fn audit_resume<'a>(
                      bytes of the session{}, so whether the client had acknowledged them cannot \
                      be told",
                     rd.count,
-                    rd.earlier.1.mark.frame,
-                    rd.again.mark.frame,
+                    rd.earlier.1.start.frame,
+                    rd.again.start.frame,
                     lost.map(|j| format!(" (from frame {})", xs[j].start().frame))
                         .unwrap_or_default()
                 ),
@@ -1598,8 +1598,8 @@ fn audit_resume<'a>(
             detail,
             text,
             vec![
-                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
-                cite(x, "delivered_again", rd.again.mark),
+                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.start),
+                cite(x, "delivered_again", rd.again.start),
             ],
         ));
     }
@@ -2442,6 +2442,83 @@ mod tests {
     /// priming event that takes an id on another stream, makes a stream skip ids: the shape
     /// still orders them, so a resume at the next counter is correct and one before it a
     /// replay, but one past it proves no loss.
+    /// An event whose data spans frames is cited where it began (the frame holding its `id:`
+    /// line), not at the frame that completed it, which holds only the end of its data.
+    #[test]
+    fn a_duplicate_is_cited_where_its_id_is() {
+        let u1 = "aa11bb22-cc33-4d44-8e55-ff6600000001";
+        let u2 = "aa11bb22-cc33-4d44-8e55-ff6600000002";
+        let v1 = "0d0e0f10-1112-4314-9516-171819202122";
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[(u1, MSG), (u2, MSG)]);
+        c.ex("POST", "s", None, 200, &[(v1, MSG)]);
+        // The resume re-sends u2 in an event whose data continues over two more frames.
+        let mut t = ExchangeTracker::new(&Limits::default());
+        c.frame += 1;
+        let at = |f: u64| Mark::new(f, f as i64);
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            target: "/mcp".into(),
+            session_id: Some("s".into()),
+            last_event_id: Some(v1.into()),
+            first: at(c.frame),
+            complete: at(c.frame),
+            ..Default::default()
+        });
+        c.frame += 1;
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            first: at(c.frame),
+            complete: at(c.frame),
+            ..Default::default()
+        });
+        let id_frame = c.frame + 1;
+        t.body(
+            0,
+            format!(
+                "id: {u2}
+data: "
+            )
+            .as_bytes(),
+            at(id_frame),
+        );
+        t.body(0, &[b'x'; 3000], at(id_frame + 1));
+        t.body(
+            0,
+            b"
+
+",
+            at(id_frame + 2),
+        );
+        t.body_end(0, BodyEnd::Complete, at(id_frame + 3));
+        c.frame = id_frame + 3;
+        let conn = ConnectionRef {
+            tcp_stream: Some(c.conn),
+            ..Default::default()
+        };
+        c.resumes.extend(t.resumes.drain(..).map(|mut r| {
+            r.connection = conn.clone();
+            r
+        }));
+        c.xs.extend(t.summaries.drain(..).map(|mut x| {
+            x.connection = conn.clone();
+            x
+        }));
+        let (r, _) = c.run(&Options::default());
+        let dup = r[0]
+            .forensic
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::DuplicateDelivery)
+            .expect("the re-sent id is reported");
+        assert_eq!(dup.id.as_deref(), Some(u2));
+        assert_eq!(dup.cites[1].mark.frame, id_frame);
+        assert!(dup.detail.contains(&format!("again at frame {id_frame}")));
+    }
+
     #[test]
     fn har_details_name_entries_not_frames() {
         assert_eq!(

@@ -220,6 +220,9 @@ pub struct IdFact {
     /// The id is a decimal integer: streams may each count their own, so the same integer
     /// on two streams need not be the same event.
     pub integer: bool,
+    /// Where the event began: the frame that holds its `id:` line when the event opens with
+    /// it, where `mark` (where it was complete) may hold only the end of a long data field.
+    pub start: Mark,
     /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
     pub key: u64,
     pub key_len: u32,
@@ -1283,6 +1286,7 @@ impl StreamFacts {
             id_index,
             priming,
             integer: integer_id,
+            start: ev.first_mark,
             key,
             key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
             text: (resumed && !skipped_ack && s.id_facts.head_has_room())
