@@ -1969,6 +1969,7 @@ mod tests {
                     .iter()
                     .map(|f| IdFact {
                         mark: Mark::default(),
+                        start: Mark::default(),
                         ..f.clone()
                     })
                     .collect();
