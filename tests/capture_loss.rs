@@ -668,3 +668,59 @@ fn every_single_drop_and_swap_of_real_captures() {
         failures.join("\n")
     );
 }
+
+/// The failure this check began with: a multi-queue capture host records the segment that
+/// begins a response after later segments of it and after the client's acknowledgment of
+/// them. In real captures, the packet holding each resume's response head is moved two and
+/// three places later; every verdict must stay what it was (the head was only late, never
+/// lost), and no claim may appear.
+#[test]
+fn a_response_head_recorded_after_the_ack_of_later_bytes_is_not_lost() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut moved = 0;
+    for name in [
+        "real/py-counter.pcap",
+        "real/py-evicting.pcap",
+        "real/rmcp.pcap",
+        "real/ts-sdk.pcap",
+        "real-tool/loopback-v4.pcap",
+    ] {
+        let path = root.join(name);
+        let whole = Capture::parse(&std::fs::read(&path).unwrap());
+        let opts = options(&path);
+        let report = analyze_reader(name, &whole.write()[..], &opts);
+        let base = claims(std::slice::from_ref(&report));
+        let packets = whole.packets();
+        for r in &report.resumes {
+            let Some(head) = r.response.map(|m| m.frame) else {
+                continue;
+            };
+            let Some(&at) = usize::try_from(head - 1).ok().and_then(|i| packets.get(i)) else {
+                continue;
+            };
+            for by in [2, 3] {
+                let mut c = whole.clone();
+                if at + by >= c.blocks.len() {
+                    continue;
+                }
+                let b = c.blocks.remove(at);
+                c.blocks.insert(at + by, b);
+                moved += 1;
+                let lossy = analyze(std::slice::from_ref(&c), &opts);
+                let bad = excess(&base, &lossy);
+                assert!(
+                    bad.is_empty(),
+                    "{name}, head at frame {head} moved by {by}: {bad:?}"
+                );
+                for (k, l) in &lossy.resumes {
+                    assert_eq!(
+                        Some(l.verdict),
+                        base.resumes.get(k).map(|b| b.verdict),
+                        "{name}, head at frame {head} moved by {by}: {k:?}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(moved >= 20, "{moved}");
+}

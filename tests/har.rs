@@ -295,3 +295,170 @@ fn attached_bodies_are_only_read_beside_the_har() {
     assert_eq!(got.code, 1);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One HAR entry: `method` on `/mcp` for session `sid` (none for `initialize`), answered by
+/// an event stream `body` whose Content-Length proves it whole.
+fn entry(second: u64, method: &str, sid: Option<&str>, last: Option<&str>, body: &str) -> Value {
+    let mut req_headers = vec![json!({"name": "Accept", "value": "text/event-stream"})];
+    if let Some(sid) = sid {
+        req_headers.push(json!({"name": "Mcp-Session-Id", "value": sid}));
+    }
+    if let Some(last) = last {
+        req_headers.push(json!({"name": "Last-Event-ID", "value": last}));
+    }
+    json!({
+        "startedDateTime": format!("2026-11-09T10:00:{second:02}.000Z"),
+        "request": {"method": method, "url": "http://127.0.0.1:8000/mcp", "headers": req_headers},
+        "response": {"status": 200,
+                     "headers": [{"name": "Content-Type", "value": "text/event-stream"},
+                                 {"name": "Content-Length", "value": body.len().to_string()},
+                                 {"name": "Mcp-Session-Id", "value": sid.unwrap_or("")}],
+                     "content": {"size": body.len(), "mimeType": "text/event-stream",
+                                 "text": body}}
+    })
+}
+
+fn sse(events: &[(&str, String)]) -> String {
+    events
+        .iter()
+        .map(|(id, data)| format!("id: {id}\ndata: {data}\n\n"))
+        .collect()
+}
+
+fn progress(token: &str, value: u32) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{token}","progress":{value}}}}}"#
+    )
+}
+
+/// The streams of a HAR that came before a resume are read too: they are what shows one
+/// session's events reaching another (an event store keyed by request id, shared between
+/// sessions) and progress going back after a replay. Findings name HAR entries, not frames.
+#[test]
+fn earlier_streams_of_a_har_give_the_session_its_facts() {
+    let msg = |n: u32| {
+        format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n}}}}}"#)
+    };
+    let a1 = "7c1e4a52-93d0-4f55-8d2b-0a6f3b9e1c11";
+    let a2 = "e94b0f3c-1a7d-4c6e-b2f8-5d3a9c0e7b22";
+    let b1 = "3f8a2d61-c5e9-47b0-9a1e-6b4d8f2c0a33";
+    let c = |n: u32| format!("c0ffee00-aaaa-4bbb-8ccc-{n:012}");
+    let entries = vec![
+        entry(
+            1,
+            "POST",
+            None,
+            None,
+            &sse(&[("", msg(0))]).replace("id: \n", ""),
+        ),
+        entry(
+            2,
+            "GET",
+            Some("sess-A"),
+            None,
+            &sse(&[(a1, msg(1)), (a2, msg(2))]),
+        ),
+        entry(3, "GET", Some("sess-B"), None, &sse(&[(b1, msg(3))])),
+        // B resumes and receives A's second event.
+        entry(4, "GET", Some("sess-B"), Some(b1), &sse(&[(a2, msg(2))])),
+        // C's call reports progress 1, 2, 3; its resume replays from the start.
+        entry(
+            5,
+            "POST",
+            Some("sess-C"),
+            None,
+            &sse(&[
+                (&c(1), progress("t1", 1)),
+                (&c(2), progress("t1", 2)),
+                (&c(3), progress("t1", 3)),
+            ]),
+        ),
+        entry(
+            6,
+            "GET",
+            Some("sess-C"),
+            Some(&c(3)),
+            &sse(&[(&c(1), progress("t1", 1))]),
+        ),
+    ];
+    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                             "entries": entries}});
+    let dir = scratch("earlier-streams");
+    let path = dir.join("sessions.har");
+    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let r = run(&["-q", "-j1", path.to_str().unwrap()]);
+    let findings: Vec<&Value> = r
+        .resumes
+        .iter()
+        .flat_map(|l| l["findings"].as_array().into_iter().flatten())
+        .collect();
+    let of = |kind: &str| findings.iter().find(|f| f["kind"] == kind).copied();
+    let leak = of("cross_session_leak").expect("the leak is reported");
+    assert_eq!(leak["session_id"], "sess-B");
+    assert_eq!(leak["other_session_id"], "sess-A");
+    assert_eq!(leak["id"], a2);
+    let entries_cited: Vec<&Value> = leak["cites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["har_entry"])
+        .collect();
+    assert_eq!(entries_cited, [&json!(1), &json!(3)]);
+    let detail = leak["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("HAR entry 1") && !detail.contains("frame"),
+        "{detail}"
+    );
+    let regressed = of("progress_regressed").expect("the progress regression is reported");
+    assert_eq!(regressed["session_id"], "sess-C");
+    // The replay itself is decided from the earlier stream too (its ids' counter).
+    let c_resume = r
+        .resumes
+        .iter()
+        .find(|l| l["last_event_id"] == c(3))
+        .unwrap();
+    assert_eq!(c_resume["verdict"], "replayed");
+    assert_eq!(c_resume["cursor"]["status"], "consistent");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A HAR lists an entry when it completes: the standalone GET, which began before the
+/// DELETE and ended after it, comes after the DELETE in the file. It is still part of its
+/// session, not a session view of its own.
+#[test]
+fn a_stream_that_ends_after_the_delete_stays_in_its_session() {
+    let msg = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+    let mut delete = entry(3, "DELETE", Some("sess-D"), None, "");
+    delete["response"]["headers"] = json!([]);
+    let entries = vec![
+        entry(
+            1,
+            "GET",
+            Some("sess-D"),
+            Some("d-41"),
+            &sse(&[("d-42", msg.to_string())]),
+        ),
+        delete,
+        entry(
+            2,
+            "GET",
+            Some("sess-D"),
+            None,
+            &sse(&[("d-43", msg.to_string())]),
+        ),
+    ];
+    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                             "entries": entries}});
+    let dir = scratch("after-delete");
+    let path = dir.join("late-get.har");
+    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let r = run(&["-q", "-j1", "--sessions", path.to_str().unwrap()]);
+    let views: Vec<&Value> = r
+        .resumes
+        .iter()
+        .filter(|l| l["type"] == "session")
+        .collect();
+    assert_eq!(views.len(), 1, "{views:#?}");
+    assert_eq!(views[0]["exchanges"].as_array().unwrap().len(), 3);
+    let _ = std::fs::remove_dir_all(dir);
+}

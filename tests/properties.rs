@@ -1,7 +1,8 @@
 //! Properties of the stages, checked through the library's public interface on generated
 //! input: reassembly gives back the bytes that were sent however the segments arrive; the
 //! HTTP and SSE parsers give one answer for any split of their input; the verdict follows the
-//! seed's boundary for every pair of integer ids, checked against an independent oracle.
+//! seed's boundary for every pair of integer ids, checked against an independent oracle; and
+//! capture loss on the wire never adds an accusation.
 
 use mcp_resume_audit::Limits;
 use mcp_resume_audit::Verdict;
@@ -795,6 +796,139 @@ fn fuzz_found_zhar_inputs_give_one_answer_however_read() {
                 &Options::default(),
             );
             assert_eq!(seen(&whole), seen(&cut), "{:?} read {size} at a time", path);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capture loss never adds an accusation.
+
+mod capture_loss {
+    use mcp_resume_audit::audit::verdict::Verdict;
+    use mcp_resume_audit::driver::{Options, analyze_reader};
+    use mcp_resume_audit_synth::{
+        BASE_TIME_NS, ByteOrder, Capture, ConnSpec, Endpoint, EventStream, ExchangeKind, Fate,
+        FlowSpec, Interleave, LinkFraming, PcapFormat, PcapWriter, Resume, ResumeResponse,
+        Scenario, SessionSpec, SseEvent, StreamClose, TsResolution, Vlan,
+    };
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    use std::net::Ipv4Addr;
+
+    fn fate(code: u8) -> Fate {
+        match code % 5 {
+            0 => Fate::Deliver,
+            1 => Fate::Drop,
+            2 => Fate::Duplicate,
+            3 => Fate::OverlapRetransmit,
+            _ => Fate::SwapWithNext,
+        }
+    }
+
+    /// One session: `initialize`, then on a second connection a resume with `last` answered
+    /// by integer ids from `first`, each event's chunk and the head meeting its fate.
+    fn capture(
+        last: u32,
+        first: u32,
+        fates: &[Fate],
+        head: Fate,
+        request: Fate,
+        close: StreamClose,
+    ) -> Vec<u8> {
+        let framing = LinkFraming::Ethernet {
+            vlan: Vlan::Untagged,
+        };
+        let writer = PcapWriter::new(
+            Vec::new(),
+            PcapFormat::new(ByteOrder::Little, TsResolution::Micro, framing.link_type()),
+        )
+        .unwrap();
+        let mut cap = Capture::new(writer, BASE_TIME_NS, 1_000_000);
+        let iface = cap.add_interface(framing, TsResolution::Micro).unwrap();
+        let flow = |port| {
+            FlowSpec::new(
+                iface,
+                Endpoint::new(Ipv4Addr::new(10, 0, 0, 2), port),
+                Endpoint::new(Ipv4Addr::new(10, 0, 0, 1), 8000),
+            )
+        };
+        let mut stream = EventStream::with_ids(&[] as &[&str], close);
+        stream.head_fate = head;
+        stream.events = fates
+            .iter()
+            .enumerate()
+            .map(|(k, f)| SseEvent::with_id((first + k as u32).to_string()).fate(*f))
+            .collect();
+        let mut resume = Resume::new(last.to_string(), ResumeResponse::Stream(stream));
+        resume.request_fate = request;
+        let session = SessionSpec::new(
+            Some("sess-prop"),
+            vec![ConnSpec::new(flow(41000)), ConnSpec::new(flow(41001))],
+        )
+        .exchange(
+            0,
+            ExchangeKind::Initialize {
+                priming_id: Some("0".into()),
+                result_id: Some("1".into()),
+            },
+        )
+        .exchange(0, ExchangeKind::InitializedNotification)
+        .exchange(1, ExchangeKind::Resume(resume));
+        let mut scenario = Scenario::new();
+        scenario.add_session(&session).unwrap();
+        scenario.run(&mut cap, Interleave::Sequential).unwrap();
+        cap.into_writer().into_inner()
+    }
+
+    /// Verdicts in report order, and the findings as (kind, severity).
+    fn claims(bytes: &[u8]) -> (Vec<Verdict>, BTreeSet<String>) {
+        let r = analyze_reader("prop.pcap", bytes, &Options::default());
+        let verdicts = r.resumes.iter().map(|r| r.decision.verdict).collect();
+        let findings = r
+            .resumes
+            .iter()
+            .flat_map(|r| r.forensic.findings.iter())
+            .chain(r.findings.iter())
+            .map(|f| format!("{} {:?}", f.kind.as_str(), f.severity))
+            .collect();
+        (verdicts, findings)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Segments of the resumed stream dropped, duplicated, overlapped or swapped (the
+        /// response head's too, and the request duplicated or swapped): the verdict is the
+        /// loss-free one or `capture_incomplete`, and no finding appears that the loss-free
+        /// capture does not give.
+        #[test]
+        fn loss_on_the_wire_never_adds_an_accusation(
+            last in 1u32..1000,
+            delta in 0u32..4,
+            codes in proptest::collection::vec(0u8..5, 1..6),
+            head in 0u8..5,
+            request in prop_oneof![Just(0u8), Just(2u8), Just(4u8)],
+            close in prop_oneof![
+                Just(StreamClose::TerminalChunk),
+                Just(StreamClose::ServerFin),
+                Just(StreamClose::ClientReset),
+                Just(StreamClose::Open),
+            ],
+        ) {
+            // delta 0: replayed from `last`; 1: correct; 2 and 3: ids skipped.
+            let first = last + delta;
+            let clean = vec![Fate::Deliver; codes.len()];
+            let lossy: Vec<Fate> = codes.iter().map(|c| fate(*c)).collect();
+            let whole = claims(&capture(last, first, &clean, Fate::Deliver, Fate::Deliver, close));
+            let cut = claims(&capture(last, first, &lossy, fate(head), fate(request), close));
+            prop_assert_eq!(whole.0.len(), 1);
+            prop_assert_eq!(cut.0.len(), 1, "the resume is still found");
+            prop_assert!(
+                cut.0[0] == whole.0[0] || cut.0[0] == Verdict::CaptureIncomplete,
+                "{:?} became {:?}", whole.0[0], cut.0[0]
+            );
+            let extra: Vec<&String> = cut.1.difference(&whole.1).collect();
+            prop_assert!(extra.is_empty(), "new findings {:?}", extra);
         }
     }
 }

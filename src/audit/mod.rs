@@ -336,13 +336,23 @@ struct SessionIndex<'a> {
 }
 
 /// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
-/// was lost, a request whose answer was not captured, or an answer whose request was not. A
-/// stream still open when the capture ended lost nothing before that end.
+/// was lost, a request whose answer was not captured, or an answer whose request was not, or a
+/// HAR body not proven whole. A captured stream still open when the capture ended lost
+/// nothing before that end.
 fn lost_bytes(x: &ExchangeSummary) -> bool {
     x.stream.as_deref().is_some_and(|s| s.gaps > 0)
         || matches!(x.end, Some((BodyEnd::LostSync, _)))
         || x.request.is_none()
         || x.response.is_none()
+        || har_body_unproven(x)
+}
+
+/// A HAR event stream whose body the entry does not prove whole: tools leave streamed bodies
+/// out or cut them short, so it may have delivered more than it holds.
+fn har_body_unproven(x: &ExchangeSummary) -> bool {
+    x.connection.har_entry.is_some()
+        && x.event_stream
+        && !matches!(x.end, Some((BodyEnd::Complete, _)))
 }
 
 impl<'a> SessionIndex<'a> {
@@ -873,6 +883,14 @@ pub fn analyze(
             loose.push(dup);
         }
     }
+    // In the order the exchanges began: an input held whole (a HAR lists entries as they
+    // completed) must not end a session at its DELETE before a stream that began earlier and
+    // completed later, such as the standalone GET.
+    let mut xs = xs;
+    xs.sort_by_key(|x| {
+        let m = x.start();
+        (m.time_ns, m.frame, x.exchange)
+    });
     for x in xs {
         let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
         stage.exchange(None, Some(x), r, &mut sink);
@@ -977,6 +995,8 @@ fn audit_session(
     let members: Vec<usize> = (0..xs.len()).collect();
     let mut ix = SessionIndex::build(&xs, &members);
     ix.unread = unread;
+    // A HAR input's marks carry entry indexes where a capture's carry frame numbers.
+    let har = xs.iter().any(|x| x.connection.har_entry.is_some());
     let mut session_findings = Vec::new();
     for &xi in &members {
         let Some(key) = join_of_summary(&xs[xi]) else {
@@ -992,16 +1012,63 @@ fn audit_session(
             continue;
         };
         audit_resume(&xs, &ix, cross, opts, xi, r);
+        if har {
+            har_places(&mut r.forensic);
+        }
         session_findings.extend(r.forensic.findings.iter().cloned());
     }
     let mut loose = Vec::new();
     cursor_lost(&xs, &ix, &mut loose);
     loose_duplicate_responses(&xs, &ix, &mut loose);
+    if har {
+        for f in &mut loose {
+            f.detail = har_words(&f.detail);
+        }
+    }
     session_findings.extend(loose.iter().cloned());
     let view = opts
         .views
         .then(|| view(sid, &xs, &members, resumes, &resume_of, session_findings));
     (loose, view)
+}
+
+/// The words of a detail for HAR input: "frame N" there is HAR entry N.
+fn har_words(detail: &str) -> String {
+    let mut out = String::with_capacity(detail.len() + 16);
+    let mut rest = detail;
+    while let Some(at) = rest.find("frame") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "frame".len()..];
+        let (word, tail) = match after.strip_prefix("s ") {
+            Some(t) => ("HAR entries ", t),
+            None => match after.strip_prefix(' ') {
+                Some(t) => ("HAR entry ", t),
+                None => ("frame", after),
+            },
+        };
+        // Only a place: the word followed by a number.
+        if word != "frame" && tail.starts_with(|c: char| c.is_ascii_digit()) {
+            out.push_str(word);
+            rest = tail;
+        } else {
+            out.push_str("frame");
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn har_places(f: &mut Forensics) {
+    for x in &mut f.findings {
+        x.detail = har_words(&x.detail);
+    }
+    if let Some(c) = &mut f.cursor {
+        c.detail = har_words(&c.detail);
+    }
+    if let Some(e) = &mut f.evidence {
+        e.detail = har_words(&e.detail);
+    }
 }
 
 fn decide_by_counter(last: &str, first: &str) -> Decision {
@@ -1534,7 +1601,7 @@ fn audit_resume<'a>(
                      the session, first {first}frame {}, again at frame {}); they are not at or \
                      before Last-Event-ID on its stream, so the client may or may not have had \
                      them",
-                    rd.count, rd.earlier.1.mark.frame, rd.again.mark.frame
+                    rd.count, rd.earlier.1.start.frame, rd.again.start.frame
                 ),
             ),
             lost => (
@@ -1545,8 +1612,8 @@ fn audit_resume<'a>(
                      bytes of the session{}, so whether the client had acknowledged them cannot \
                      be told",
                     rd.count,
-                    rd.earlier.1.mark.frame,
-                    rd.again.mark.frame,
+                    rd.earlier.1.start.frame,
+                    rd.again.start.frame,
                     lost.map(|j| format!(" (from frame {})", xs[j].start().frame))
                         .unwrap_or_default()
                 ),
@@ -1558,8 +1625,8 @@ fn audit_resume<'a>(
             detail,
             text,
             vec![
-                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.mark),
-                cite(x, "delivered_again", rd.again.mark),
+                cite(&xs[rd.earlier.0], "first_delivery", rd.earlier.1.start),
+                cite(x, "delivered_again", rd.again.start),
             ],
         ));
     }
@@ -1610,9 +1677,9 @@ fn audit_cursor(
             && index > link.fact.id_index
         {
             let behind = index - link.fact.id_index;
-            if let Some(j) = ix.loss_before(xs, before, link.x) {
-                // A later delivery of Last-Event-ID, on a stream whose bytes were lost, may be
-                // where the client's cursor came from.
+            if let Some(j) = ix.loss_before(xs, before, usize::MAX) {
+                // A later delivery of Last-Event-ID, on a stream whose bytes were lost (this
+                // one included), may be where the client's cursor came from.
                 return Cursor {
                     status: CursorStatus::NotSeen,
                     detail: format!(
@@ -2402,6 +2469,93 @@ mod tests {
     /// priming event that takes an id on another stream, makes a stream skip ids: the shape
     /// still orders them, so a resume at the next counter is correct and one before it a
     /// replay, but one past it proves no loss.
+    /// An event whose data spans frames is cited where it began (the frame holding its `id:`
+    /// line), not at the frame that completed it, which holds only the end of its data.
+    #[test]
+    fn a_duplicate_is_cited_where_its_id_is() {
+        let u1 = "aa11bb22-cc33-4d44-8e55-ff6600000001";
+        let u2 = "aa11bb22-cc33-4d44-8e55-ff6600000002";
+        let v1 = "0d0e0f10-1112-4314-9516-171819202122";
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[(u1, MSG), (u2, MSG)]);
+        c.ex("POST", "s", None, 200, &[(v1, MSG)]);
+        // The resume re-sends u2 in an event whose data continues over two more frames.
+        let mut t = ExchangeTracker::new(&Limits::default());
+        c.frame += 1;
+        let at = |f: u64| Mark::new(f, f as i64);
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            target: "/mcp".into(),
+            session_id: Some("s".into()),
+            last_event_id: Some(v1.into()),
+            first: at(c.frame),
+            complete: at(c.frame),
+            ..Default::default()
+        });
+        c.frame += 1;
+        t.response(ResponseHead {
+            exchange: 0,
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            first: at(c.frame),
+            complete: at(c.frame),
+            ..Default::default()
+        });
+        let id_frame = c.frame + 1;
+        t.body(
+            0,
+            format!(
+                "id: {u2}
+data: "
+            )
+            .as_bytes(),
+            at(id_frame),
+        );
+        t.body(0, &[b'x'; 3000], at(id_frame + 1));
+        t.body(
+            0,
+            b"
+
+",
+            at(id_frame + 2),
+        );
+        t.body_end(0, BodyEnd::Complete, at(id_frame + 3));
+        c.frame = id_frame + 3;
+        let conn = ConnectionRef {
+            tcp_stream: Some(c.conn),
+            ..Default::default()
+        };
+        c.resumes.extend(t.resumes.drain(..).map(|mut r| {
+            r.connection = conn.clone();
+            r
+        }));
+        c.xs.extend(t.summaries.drain(..).map(|mut x| {
+            x.connection = conn.clone();
+            x
+        }));
+        let (r, _) = c.run(&Options::default());
+        let dup = r[0]
+            .forensic
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::DuplicateDelivery)
+            .expect("the re-sent id is reported");
+        assert_eq!(dup.id.as_deref(), Some(u2));
+        assert_eq!(dup.cites[1].mark.frame, id_frame);
+        assert!(dup.detail.contains(&format!("again at frame {id_frame}")));
+    }
+
+    #[test]
+    fn har_details_name_entries_not_frames() {
+        assert_eq!(
+            har_words("delivered at frame 48, frames 3 and 4 (frame 7); a frame of mind"),
+            "delivered at HAR entry 48, HAR entries 3 and 4 (HAR entry 7); a frame of mind"
+        );
+        assert_eq!(har_words("frame"), "frame");
+        assert_eq!(har_words("frames x"), "frames x");
+    }
+
     #[test]
     fn a_stream_that_skips_ids_keeps_its_shape_but_proves_no_gap() {
         let session = |c: &mut Cap| {

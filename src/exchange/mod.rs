@@ -232,6 +232,9 @@ pub struct IdFact {
     /// The id is a decimal integer: streams may each count their own, so the same integer
     /// on two streams need not be the same event.
     pub integer: bool,
+    /// Where the event began: the frame that holds its `id:` line when the event opens with
+    /// it, where `mark` (where it was complete) may hold only the end of a long data field.
+    pub start: Mark,
     /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
     pub key: u64,
     pub key_len: u32,
@@ -632,12 +635,10 @@ impl ExchangeTracker {
         for id in ids {
             if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
-                // Bytes skipped after the request may have held its answer's head.
-                let skipped_after = match (&ex.request, self.resynced) {
-                    (Some(r), Some(m)) => m.frame >= r.complete.frame,
-                    (None, Some(_)) => true,
-                    _ => false,
-                };
+                // Bytes the HTTP stage skipped, or an answer it could not pair, may have been
+                // this request's answer: after the request, or before it when the capture
+                // holds the answer ahead of the request it answers.
+                let skipped_after = self.resynced.is_some();
                 let no_answer = match server_end {
                     _ if server_gaps || skipped_after => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
@@ -1233,6 +1234,7 @@ impl StreamFacts {
             id_index,
             priming,
             integer: integer_id,
+            start: ev.first_mark,
             key,
             key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
             text: (resumed && !skipped_ack && s.id_facts.head_has_room())
@@ -1915,6 +1917,7 @@ mod tests {
                     .iter()
                     .map(|f| IdFact {
                         mark: Mark::default(),
+                        start: Mark::default(),
                         ..f.clone()
                     })
                     .collect();

@@ -834,7 +834,10 @@ impl HarRun<'_> {
             };
             let wants_body = head.is_event_stream();
             tracker.response(head);
-            if let (Some(last), true) = (&last_event_id, wants_body) {
+            // Every event stream is read, not only resumed ones: earlier streams give the
+            // session its facts (what was delivered, to which session).
+            if wants_body {
+                let last = last_event_id.as_deref().unwrap_or("");
                 outcome = self.feed_body(&e, last, &mut tracker, mark)?;
             }
             tracker.body_end(0, outcome.how, mark);
@@ -881,7 +884,8 @@ impl HarRun<'_> {
         Ok(())
     }
 
-    /// Decodes and feeds the body of a resumed event stream; says how it ended.
+    /// Decodes and feeds the body of an event stream (`last_event_id` empty when it is no
+    /// resume); says how it ended.
     fn feed_body(
         &mut self,
         e: &Entry<'_>,
