@@ -804,8 +804,8 @@ fn fuzz_found_zhar_inputs_give_one_answer_however_read() {
 // Capture loss never adds an accusation.
 
 mod capture_loss {
-    use mcp_resume_audit::audit::verdict::Verdict;
-    use mcp_resume_audit::driver::{Options, analyze_reader};
+    use mcp_resume_audit::Verdict;
+    use mcp_resume_audit::{Options, analyze_reader};
     use mcp_resume_audit_synth::{
         BASE_TIME_NS, ByteOrder, Capture, ConnSpec, Endpoint, EventStream, ExchangeKind, Fate,
         FlowSpec, Interleave, LinkFraming, PcapFormat, PcapWriter, Resume, ResumeResponse,
