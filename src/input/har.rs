@@ -917,11 +917,7 @@ impl HarRun<'_> {
         };
         let mut ambiguous = false;
         let source = if let Some(raw) = text.filter(|t| t.len() > 2) {
-            // serde_json decodes the escapes; the body is then handed out in pieces.
-            let decoded: Cow<'_, str> = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
-            for piece in decoded.as_bytes().chunks(BODY_CHUNK) {
-                sink.push(piece)?;
-            }
+            feed_text(raw, &mut sink)?;
             BodySource::Text
         } else if let Some(file) = c.file.as_deref() {
             self.feed_file(file, &mut sink)?
@@ -1021,6 +1017,31 @@ impl HarRun<'_> {
             }
         }
     }
+}
+
+/// Feeds a body text (`raw`, the JSON string literal) in pieces: serde_json decodes the
+/// escapes into its own buffer and lends it out, so the decoded body exists once, beside the
+/// entry's raw JSON (a `String` or `Cow` would be a second copy).
+fn feed_text(raw: &[u8], sink: &mut BodySink<'_>) -> Result<(), String> {
+    struct Feed<'s, 't>(&'s mut BodySink<'t>);
+    impl serde::de::Visitor<'_> for Feed<'_, '_> {
+        /// What the sink said (serde_json's own errors travel outside).
+        type Value = Result<(), String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(text
+                .as_bytes()
+                .chunks(BODY_CHUNK)
+                .try_for_each(|piece| self.0.push(piece)))
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let fed =
+        serde::Deserializer::deserialize_str(&mut de, Feed(sink)).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    fed
 }
 
 /// True when a HAR comment says the body was cut or left out (HTTP Toolkit, Firefox-style
