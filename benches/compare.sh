@@ -7,12 +7,16 @@
 #     benches/compare.sh | tee benches/RESULTS.md
 #
 # Then the same traffic on other wires (TLS 1.3, TLS 1.2, HTTP/2 in cleartext and under TLS),
-# one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`).
+# one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`); and the workload
+# matrix: one capture of MIX_SIZE per traffic mix of gen-capture (`--mix`: tiny events, large
+# events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams), each
+# with -j1, -j2, cat and tshark in the same run.
 #
 # Environment: OUT (scratch dir, default benches/out, git-ignored), RUNS (runs per
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
 # WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
-# (default the first of SIZES),
+# (default the first of SIZES), MIXES (default "default tiny large sessions storm keep-alive
+# long"; empty skips the section), MIX_SIZE (default the first of SIZES),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
 # PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
@@ -37,6 +41,11 @@ SEED=1
 WIRES=${WIRES-"plain tls1.3 tls1.2 h2c tls1.3+h2"}
 read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
+MIXES=${MIXES-"default tiny large sessions storm keep-alive long"}
+MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
+# tshark's display filter for resume requests: header names are case-insensitive, and the
+# generator writes some in lower case.
+TSHARK_FILTER='http.request.line matches "(?i)^last-event-id:"'
 # --session-memory (MiB) of the bounded-memory runs.
 BOUNDED_SESSION_MIB=${BOUNDED_SESSION_MIB:-4}
 mkdir -p "$OUT"
@@ -161,7 +170,7 @@ done
 tshark_per_byte=""
 tshark_note="not run"
 if [[ $TSHARK == 1 ]] && command -v tshark >/dev/null; then
-    read -r tw tr _ < <(measure tshark -r "${files[0]}" -Y 'http.request.line contains "Last-Event-ID"' -T fields -e frame.number)
+    read -r tw tr _ < <(measure tshark -r "${files[0]}" -Y "$TSHARK_FILTER" -T fields -e frame.number)
     tshark_per_byte=$(awk -v t="$tw" -v b="${BYTES[0]}" 'BEGIN { printf "%.6e", t / b }')
     tshark_note="run once on ${sizes[0]}: $(calc "$tw") s, peak RSS $((tr / 1024)) MiB, $(calc "${BYTES[0]} / $tw / 1e6") MB/s; larger sizes extrapolated linearly"
 fi
@@ -183,7 +192,7 @@ for i in "${!files[@]}"; do
     echo "| ${sizes[$i]} | $b | ${WC[$i]} | $(gbps "$b" "${WC[$i]}") | ${W1[$i]} | $(gbps "$b" "${W1[$i]}") | ${C1[$i]} | $((R1[$i] / 1024)) | ${W2[$i]} | $(gbps "$b" "${W2[$i]}") | ${C2[$i]} | $((R2[$i] / 1024)) | $(calc "${W2[$i]} / ${WC[$i]}") | $ts | $tsr | $(calc "${W1[$i]} / ${W2[$i]}") |"
 done
 echo
-echo "tshark: \`tshark -r FILE -Y 'http.request.line contains \"Last-Event-ID\"' -T fields -e frame.number\`, $tshark_note."
+echo "tshark: \`tshark -r FILE -Y '$TSHARK_FILTER' -T fields -e frame.number\`, $tshark_note."
 echo
 
 # Many small files: one process over all of them, -j1 against -j2.
@@ -270,4 +279,36 @@ if [[ -n $WIRES ]]; then
         ratio=$([[ -n $plain_w2 ]] && calc "$ww2 / $plain_w2" || echo -)
         echo "| $wire | $b | $ww1 | $(gbps "$b" "$ww1") | $wc1 | $ww2 | $(gbps "$b" "$ww2") | $wc2 | $((wr2 / 1024)) | $ratio |"
     done
+fi
+
+# The workload matrix: one capture per traffic mix.
+if [[ -n $MIXES ]]; then
+    echo
+    echo "## Workloads ($MIX_SIZE per mix, \`gen-capture --mix M\`)"
+    echo
+    echo "| mix | bytes | packets | resumes | cat s | -j1 s | -j1 GB/s | -j1 CPU s/GiB | -j2 s | -j2 GB/s | -j2 CPU s/GiB | -j2 RSS MiB | -j1 / -j2 | -j2 / cat | tshark s | tshark / -j2 | ≥ 1 GB/s (-j2) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for mix in $MIXES; do
+        f="$OUT/bench-$MIX_SIZE-mix-$mix.$FORMAT"
+        capture "$MIX_SIZE" "$SEED" "$f" --mix "$mix" --expect "$f.expect"
+        cat "$f" >/dev/null
+        b=$(bytes_of "$f")
+        packets=$(capinfos -c -M "$f" 2>/dev/null | awk -F: '/Number of packets/ { gsub(/ /, "", $2); print $2 }')
+        resumes=$(wc -l <"$f.expect")
+        read -r mc _ _ < <(median_of cat "$f")
+        read -r mw1 _ mc1 < <(median_of "$BIN" -q -j1 "$f")
+        read -r mw2 mr2 mc2 < <(median_of "$BIN" -q -j2 "$f")
+        gib=$(awk -v b="$b" 'BEGIN { print b / 1073741824 }')
+        if [[ $TSHARK == 1 ]] && command -v tshark >/dev/null; then
+            read -r mt _ _ < <(measure tshark -r "$f" -Y "$TSHARK_FILTER" -T fields -e frame.number)
+            mts=$(calc "$mt")
+            mtr=$(calc "$mt / $mw2")
+        else
+            mts="-"
+            mtr="-"
+        fi
+        echo "| $mix | $b | ${packets:--} | $resumes | $mc | $mw1 | $(gbps "$b" "$mw1") | $(calc "$mc1 / $gib") | $mw2 | $(gbps "$b" "$mw2") | $(calc "$mc2 / $gib") | $((mr2 / 1024)) | $(calc "$mw1 / $mw2") | $(calc "$mw2 / $mc") | $mts | $mtr | $(verdict "$b / $mw2 >= 1e9") |"
+    done
+    echo
+    echo "tshark runs once per mix (one pass, the same filter as above)."
 fi

@@ -16,17 +16,17 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-use mcp_resume_audit::app::http1::HttpConnection;
-use mcp_resume_audit::app::sse::SseParser;
-use mcp_resume_audit::driver::{self, Options};
-use mcp_resume_audit::exchange::ExchangeTracker;
-use mcp_resume_audit::input::capture::CaptureReader;
-use mcp_resume_audit::net::decode::{self, Endpoint};
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
-use mcp_resume_audit::record::{
-    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
-    StreamSink,
+use mcp_resume_audit::Limits;
+use mcp_resume_audit::stages::CaptureReader;
+use mcp_resume_audit::stages::ExchangeTracker;
+use mcp_resume_audit::stages::HttpConnection;
+use mcp_resume_audit::stages::SseParser;
+use mcp_resume_audit::stages::{
+    Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
+use mcp_resume_audit::stages::{Endpoint, decode};
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
+use mcp_resume_audit::{self as driver, Options};
 
 const CAPTURE_BYTES: u64 = 16 << 20;
 
@@ -153,6 +153,7 @@ fn stage() -> Staged {
         format: workload::Format::Pcap,
         seed: 7,
         sessions: None,
+        mix: workload::Mix::Default,
         wire: Default::default(),
     };
     let mut capture = Vec::with_capacity(CAPTURE_BYTES as usize + (1 << 20));

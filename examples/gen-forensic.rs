@@ -575,7 +575,7 @@ fn catalog() -> Vec<Fixture> {
         },
         Fixture {
             name: "cursor-stale-ahead",
-            about: "Client cursor audit with integer ids: a resume sent with `2` after `4` was delivered (`cursor_stale`, behind by 2; the server's resend of 3 and 4 is correct, not a replay), and one sent with `7` when only `1..3` were delivered (`cursor_ahead`).",
+            about: "Client cursor audit with integer ids: a resume sent with `2` after `4` was delivered (`cursor_stale`, behind by 2; the server's resend of 3 and 4 is correct, not a replay), and one sent with `7` when only `1..3` were delivered in a session whose start (`initialize`) the capture holds (`cursor_ahead`).",
             build: cursor_stale_ahead,
         },
         Fixture {
@@ -1099,6 +1099,9 @@ fn cursor_stale_ahead(lab: &mut Lab) -> io::Result<Expect> {
     let g1 = lab.get(s1, None, &evs(1..5), End::ClientReset)?;
     let r1 = lab.get(s1, Some("2"), &evs(3..6), End::LastChunk)?;
     let s2 = "cur-ahead";
+    // The session's start is captured: only then can the capture show that the client was
+    // never given the position it sends.
+    lab.initialize(s2, &[])?;
     let g2 = lab.get(s2, None, &evs(1..4), End::ClientReset)?;
     let r2 = lab.get(s2, Some("7"), &evs(8..9), End::LastChunk)?;
     Ok(Expect {
@@ -1124,7 +1127,7 @@ fn cursor_stale_ahead(lab: &mut Lab) -> io::Result<Expect> {
                 vec![finding("cursor_ahead", &[g2.events[2]])],
             ),
         ],
-        sessions: vec![session(s1, 2, 1), session(s2, 2, 1)],
+        sessions: vec![session(s1, 2, 1), session(s2, 3, 1)],
         ..Expect::default()
     })
 }

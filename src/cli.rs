@@ -1,7 +1,7 @@
 //! The command-line program: arguments (clap), the progress bar, where the report goes, and
 //! the exit status. Everything else is the library's; it takes no terminal types.
 
-use std::io::{BufWriter, IsTerminal};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use mcp_resume_audit::audit;
-use mcp_resume_audit::audit::idshape::IdPattern;
-use mcp_resume_audit::driver::{self, HumanReport, Options, Progress};
-use mcp_resume_audit::record::Limits;
+use mcp_resume_audit::{
+    self as driver, AuditOptions, DEFAULT_SESSION_MEMORY, HumanReport, IdPattern, Limits, Options,
+    Progress, Retention,
+};
 
 /// Audits MCP Streamable HTTP stream resumption in packet captures.
 ///
@@ -30,10 +30,23 @@ use mcp_resume_audit::record::Limits;
 #[derive(Parser, Debug)]
 #[command(name = "mcp-resume-audit", version, about, long_about)]
 struct Cli {
-    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content; `-` reads
-    /// standard input.
+    /// Captures (pcap, pcapng) or HAR exports (.har, zlib .zhar), recognized by content, also
+    /// compressed (gzip, zstd, lz4, xz); directories (walked recursively); `-` reads standard
+    /// input. The files of a ring buffer (dumpcap's or tcpdump's names) are read as one capture.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
+
+    /// Read every capture file given (or found in the directories given) as one capture of one
+    /// capture point, in the order of their first packets: a rotated set whose names do not
+    /// show it.
+    #[arg(long)]
+    merge: bool,
+
+    /// Every capture input (file, set or directory) is a capture point of one incident — a
+    /// client, a proxy, backends: their packets are merged by time and audited together, so a
+    /// session seen at several points is one session; each citation names its file.
+    #[arg(long)]
+    fleet: bool,
 
     /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
     /// FILE is replaced only when the run is over; an input is never overwritten.
@@ -80,7 +93,7 @@ struct Cli {
     /// Memory for the exchanges of sessions not yet audited: a number of MiB, or a size with a
     /// unit (512KiB, 1GiB). Past it, the least recently active sessions are audited early
     /// (counted in `sessions_retired_early`).
-    #[arg(long, value_name = "SIZE", default_value_t = SessionMemory(Size::of(audit::DEFAULT_SESSION_MEMORY)))]
+    #[arg(long, value_name = "SIZE", default_value_t = SessionMemory(Size::of(DEFAULT_SESSION_MEMORY)))]
     session_memory: SessionMemory,
 
     /// TLS secrets in NSS key log format (SSLKEYLOGFILE), to decrypt HTTPS; repeatable. Keys
@@ -241,7 +254,8 @@ fn refuse_to_overwrite_an_input(
     let Ok(out) = std::fs::metadata(output) else {
         return Ok(());
     };
-    for input in inputs {
+    // Files inside an input directory are inputs too.
+    for input in &mcp_resume_audit::files_under(inputs) {
         if let Ok(m) = std::fs::metadata(input)
             && m.dev() == out.dev()
             && m.ino() == out.ino()
@@ -320,16 +334,18 @@ fn real_main() -> anyhow::Result<i32> {
             ),
             ..Limits::default()
         },
-        forensic: audit::Options {
+        forensic: AuditOptions {
             id_pattern,
             views: cli.sessions,
         },
-        retention: audit::Retention {
+        retention: Retention {
             memory_bytes: cli.session_memory.0.bytes(),
         },
         human,
         progress: progress_bar(&cli),
         html: cli.html.clone(),
+        merge: cli.merge,
+        fleet: cli.fleet,
     };
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.
@@ -346,7 +362,14 @@ fn real_main() -> anyhow::Result<i32> {
             let tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
             let mut tmp = tmp;
-            let mut out = BufWriter::new(anstream::StripStream::new(tmp.as_file_mut()));
+            // Only the text account carries styles: JSON Lines skip the stripping pass.
+            let file = tmp.as_file_mut();
+            let inner: Box<dyn Write + '_> = if opts.human == HumanReport::Instead {
+                Box::new(anstream::StripStream::new(file))
+            } else {
+                Box::new(file)
+            };
+            let mut out = BufWriter::new(inner);
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
             out.into_inner().map_err(|e| e.into_error())?;
             tmp.persist(path)
@@ -355,7 +378,12 @@ fn real_main() -> anyhow::Result<i32> {
         }
         None => {
             let stdout = std::io::stdout();
-            let mut out = BufWriter::new(anstream::AutoStream::auto(stdout.lock()));
+            let inner: Box<dyn Write> = if opts.human == HumanReport::Instead {
+                Box::new(anstream::AutoStream::auto(stdout.lock()))
+            } else {
+                Box::new(stdout.lock())
+            };
+            let mut out = BufWriter::new(inner);
             let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
             match o {
                 Ok(o) => o,

@@ -1,15 +1,71 @@
+#![warn(missing_docs)]
 //! mcp-resume-audit: finds, in packet captures, every reconnect of an MCP Streamable HTTP
 //! session and tells whether the server resumed correctly, silently skipped events, or
 //! silently replayed them.
 
-pub mod app;
-pub mod audit;
-pub mod driver;
-pub mod exchange;
-pub mod input;
-pub mod net;
-pub mod record;
-pub mod report;
+//!
+//! The pipeline, one module per stage (each module's header says its input, output and
+//! invariants):
+//!
+//! ```text
+//! input    pcap / pcapng records, HAR entries
+//!   → net       link and IP decode, flow table, TCP reassembly (data / gap / end per direction)
+//!   → app       protocol detection; TLS (decrypts into a child); HTTP/1.1; HTTP/2; content coding; SSE
+//!   → exchange  per-connection exchanges (request, response, SSE facts), keyed by exchange id
+//!   → audit     sessions, resume verdicts, id shapes, findings
+//!   → report    JSON Lines, the text account, the HTML page
+//! driver   runs the stages, on one thread or sharded by connection
+//! ```
+//!
+//! The public API is what this page lists: [`run`] for a whole report, [`analyze_path`] and
+//! [`analyze_reader`] for the records of one input, the [`Options`] they take and the record
+//! types they give. The stages themselves are private; benches, property tests and fuzz
+//! targets reach them through the hidden `stages` and `fuzzing` modules, which promise
+//! nothing.
+
+mod app;
+mod audit;
+mod driver;
+mod exchange;
+mod input;
+mod net;
+mod record;
+mod report;
+
+pub use audit::idshape::IdPattern;
+pub use audit::verdict::Verdict;
+pub use audit::{
+    Cite, CursorStatus, DEFAULT_SESSION_MEMORY, Finding, FindingKind, Options as AuditOptions,
+    Retention, SessionView, Severity, Sink,
+};
+pub use driver::{
+    EndpointFilter, HumanReport, InputReport, InputStats, Options, Progress, RunOutcome, TlsKeys,
+    analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, run,
+};
+pub use exchange::ResumeRecord;
+pub use input::set::files_under;
+pub use record::Limits;
+pub use report::{write_finding, write_resume, write_session};
+
+/// The stages one at a time, for benches, property tests and the fuzz crate. Not an API: no
+/// stability, no documentation promises.
+#[doc(hidden)]
+pub mod stages {
+    pub use crate::app::http1::HttpConnection;
+    pub use crate::app::sse::{OwnedSseEvent, SseEvent, SseParser};
+    pub use crate::audit::verdict::{self, IdOrder, ResponseFacts, StreamOutcome};
+    pub use crate::exchange::ExchangeTracker;
+    pub use crate::input::capture::CaptureReader;
+    pub use crate::net::decode::{self, Endpoint};
+    pub use crate::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
+    pub use crate::record::{
+        Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd,
+        StreamSink,
+    };
+    pub use crate::report::html::{HtmlReport, PAGE_SESSIONS, PAGINATE_ABOVE, page_plan};
+    pub use crate::report::spool::Spool;
+    pub use crate::report::write_human_input;
+}
 /// Entry points for the fuzz crate (`fuzz/`), which reaches the library only through what it
 /// exports. Not an API: no stability, no documentation promises.
 #[doc(hidden)]

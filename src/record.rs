@@ -12,14 +12,27 @@
 /// index (0-based) as `frame` and the entry's `startedDateTime` as time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Mark {
+    /// Frame number, 1-based (HAR: the entry index, 0-based).
     pub frame: u64,
+    /// Capture time of the frame, nanoseconds since the Unix epoch.
     pub time_ns: i64,
 }
 
 impl Mark {
+    /// A mark at `frame`, seen at `time_ns`.
     pub const fn new(frame: u64, time_ns: i64) -> Self {
         Mark { frame, time_ns }
     }
+}
+
+/// Bits of a frame number below a capture set member's number. A frame of member `n` (1-based,
+/// in reading order) is `n << MEMBER_SHIFT | its number in its own file`, so frames still grow
+/// in reading order, and a lone file's frames are its own (member 0).
+pub const MEMBER_SHIFT: u32 = 40;
+
+/// The set member a frame is in (0: the input is one file) and its number in that file.
+pub const fn member_frame(frame: u64) -> (u64, u64) {
+    (frame >> MEMBER_SHIFT, frame & ((1 << MEMBER_SHIFT) - 1))
 }
 
 /// One of the two byte streams of a TCP connection. `Forward` is the direction of the first
@@ -27,14 +40,18 @@ impl Mark {
 /// HTTP client is decided later, by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
+    /// The direction of the first packet seen.
     Forward = 0,
+    /// The other direction.
     Reverse = 1,
 }
 
 impl Direction {
+    /// 0 for `Forward`, 1 for `Reverse`: an index into per-direction arrays.
     pub fn index(self) -> usize {
         self as usize
     }
+    /// The opposite direction.
     pub fn other(self) -> Direction {
         match self {
             Direction::Forward => Direction::Reverse,
@@ -76,8 +93,11 @@ impl StreamEnd {
 /// not hold arrive as one `gap` with their count, in their place; `end` is called exactly once,
 /// last.
 pub trait StreamSink {
+    /// The next bytes of `dir`, in order; `mark` is the frame holding their first byte.
     fn data(&mut self, dir: Direction, bytes: &[u8], mark: Mark);
+    /// `len` bytes of `dir` that the capture does not hold, in their place.
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark);
+    /// `dir` is over: closed, reset, or the capture ended.
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark);
 }
 
@@ -86,7 +106,9 @@ pub trait StreamSink {
 pub struct RequestHead {
     /// 0-based index of the exchange on its connection (requests and responses pair in order).
     pub exchange: u32,
+    /// The request method (`GET`, `POST`, `DELETE`).
     pub method: String,
+    /// The request target as sent (HTTP/2: `:path`).
     pub target: String,
     /// `Mcp-Session-Id` as sent (header names are matched without regard to case).
     pub session_id: Option<String>,
@@ -107,13 +129,17 @@ pub struct RequestHead {
 pub struct ResponseHead {
     /// Index of the request this response answers (pairing in order, pipelining included).
     pub exchange: u32,
+    /// The status code.
     pub status: u16,
     /// `Content-Type` as sent, whole (parameters included).
     pub content_type: Option<String>,
+    /// `Mcp-Session-Id` as sent by the server.
     pub session_id: Option<String>,
     /// `Content-Encoding` as sent, when any.
     pub content_encoding: Option<String>,
+    /// Frame holding the first byte of the status line (HTTP/2: of the HEADERS frame).
     pub first: Mark,
+    /// Frame holding the last byte of the head (HTTP/2: of the header block).
     pub complete: Mark,
     /// The HTTP/2 stream that carried the exchange (`http2.streamid`); `None` on HTTP/1.x.
     pub h2_stream: Option<u32>,
@@ -146,10 +172,18 @@ pub enum BodyEnd {
     Malformed,
     /// HTTP/2: a RST_STREAM ended the stream, sent by the client or by the server, with its
     /// error code.
-    Reset { by_client: bool, code: u32 },
+    Reset {
+        /// True when the client sent the RST_STREAM.
+        by_client: bool,
+        /// Its error code.
+        code: u32,
+    },
     /// HTTP/2: the server's GOAWAY named a last stream id below this stream, or the
     /// connection ended after a GOAWAY while the stream was open; the GOAWAY's error code.
-    GoneAway { code: u32 },
+    GoneAway {
+        /// The GOAWAY's error code.
+        code: u32,
+    },
 }
 
 /// Receives HTTP exchanges of one connection as they are parsed.
@@ -161,11 +195,15 @@ pub enum BodyEnd {
 /// once without a `response` before it (the capture lacks the answer; nothing follows it). Body bytes are content-decoded (gzip/deflate) already.
 /// Request bodies are not delivered.
 pub trait HttpSink {
+    /// A request head was parsed.
     fn request(&mut self, head: RequestHead);
+    /// A final response head was parsed.
     fn response(&mut self, head: ResponseHead);
+    /// The next decoded bytes of the response body of `exchange`.
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark);
     /// `len` bytes of the body are missing (0 when the count is not known after decoding).
     fn body_gap(&mut self, exchange: u32, len: u64, mark: Mark);
+    /// The response body of `exchange` is over, and how.
     fn body_end(&mut self, exchange: u32, how: BodyEnd, mark: Mark);
     /// Something odd the parser saw and recovered from (reported, never fatal).
     fn anomaly(&mut self, what: Anomaly, mark: Mark);

@@ -245,7 +245,7 @@ fn hostile_session_ids_stay_text_in_a_browser() {
 
 #[test]
 fn past_the_threshold_the_page_is_paged_in_a_browser() {
-    use mcp_resume_audit::report::html::{HtmlReport, PAGE_SESSIONS, PAGINATE_ABOVE, page_plan};
+    use mcp_resume_audit::stages::{HtmlReport, PAGE_SESSIONS, PAGINATE_ABOVE, page_plan};
     use std::io::Write;
     let dir = out_dir("paged");
     let page = dir.join("r.html");

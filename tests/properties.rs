@@ -3,14 +3,15 @@
 //! HTTP and SSE parsers give one answer for any split of their input; the verdict follows the
 //! seed's boundary for every pair of integer ids, checked against an independent oracle.
 
-use mcp_resume_audit::app::http1::HttpConnection;
-use mcp_resume_audit::app::sse::{OwnedSseEvent, SseEvent, SseParser};
-use mcp_resume_audit::audit::verdict::{self, IdOrder, ResponseFacts, StreamOutcome, Verdict};
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
-use mcp_resume_audit::record::{
-    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
-    StreamSink,
+use mcp_resume_audit::Limits;
+use mcp_resume_audit::Verdict;
+use mcp_resume_audit::stages::HttpConnection;
+use mcp_resume_audit::stages::{
+    Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
+use mcp_resume_audit::stages::{IdOrder, ResponseFacts, StreamOutcome, verdict};
+use mcp_resume_audit::stages::{OwnedSseEvent, SseEvent, SseParser};
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -770,7 +771,7 @@ fn verdict_extremes_exhaustively() {
 /// reading (fixtures/malformed/fuzz/har/, described in fixtures/malformed/README.md).
 #[test]
 fn fuzz_found_zhar_inputs_give_one_answer_however_read() {
-    use mcp_resume_audit::driver::{InputReport, Options, analyze_reader};
+    use mcp_resume_audit::{InputReport, Options, analyze_reader};
     struct Pieces<'a> {
         data: &'a [u8],
         size: usize,

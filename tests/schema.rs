@@ -2,7 +2,8 @@
 //! `docs/schema/`, and says which version of it it follows.
 //!
 //! The reports are the reviewed golden files (`tests/golden/`, every fixture with
-//! `--sessions`), which `tests/golden.rs` holds equal to what the binary writes.
+//! `--sessions`), which `tests/golden.rs` holds equal to what the binary writes, and a report
+//! over several files (`--fleet`), whose records cite files.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,6 +80,34 @@ fn every_record_of_every_fixture_validates() {
             seen.get(t).copied().unwrap_or(0) > 0,
             "no {t} record: {seen:?}"
         );
+    }
+}
+
+#[test]
+fn records_of_several_files_validate() {
+    let validators = validators();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume-audit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["-q", "-j1", "--sessions", "--fleet"])
+        .args([
+            "fixtures/real-tool/loopback-v4.pcap",
+            "fixtures/gen/verdict-gap-skipped.pcap",
+        ])
+        .output()
+        .expect("run the binary");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    let all = records(&format!("--- stdout\n{text}"));
+    assert!(text.contains("\"request_file\":") && text.contains("\"files\":["));
+    for (n, record) in all.iter().enumerate() {
+        let kind = record["type"].as_str().unwrap_or("");
+        let errors = problems(&validators[kind], record);
+        assert!(errors.is_empty(), "line {n}: {errors:#?}");
     }
 }
 

@@ -1,10 +1,11 @@
 //! Writes a large synthetic capture of interleaved MCP sessions, for benchmarks.
 //!
 //! Usage: `cargo run --release --example gen-capture -- --size 1GiB --format pcap|pcapng
-//! --out FILE [--seed N] [--sessions N] [--expect FILE] [--http2] [--tls 1.3|1.2
+//! --out FILE [--seed N] [--sessions N] [--mix M] [--expect FILE] [--http2] [--tls 1.3|1.2
 //! [--tls-suite aes128|aes256|chacha20] --keylog FILE] [--keylog FILE]`.
 //!
-//! What the capture holds is described in `workload.rs`. `--expect` writes the expected
+//! What the capture holds is described in `workload.rs`; `--mix` picks the traffic mix
+//! (`default`, `tiny`, `large`, `sessions`, `storm`, `keep-alive`, `long`; see [`Mix`]). `--expect` writes the expected
 //! findings as JSON Lines (the `.expect.jsonl` format of the fixtures, derived from the
 //! scenario definition, not from any analysis); a summary goes to standard error. The same
 //! arguments always give the same bytes.
@@ -30,7 +31,7 @@ use std::path::PathBuf;
 use clap::{Parser, ValueEnum};
 
 use mcp_resume_audit_synth::{HttpVersion, TlsSpec, TlsSuite, Wire};
-use workload::{Format, Workload, write_capture};
+use workload::{Format, Mix, Workload, write_capture};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum FormatArg {
@@ -44,6 +45,17 @@ enum TlsArg {
     V13,
     #[value(name = "1.2")]
     V12,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MixArg {
+    Default,
+    Tiny,
+    Large,
+    Sessions,
+    Storm,
+    KeepAlive,
+    Long,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,6 +80,9 @@ struct Args {
     /// Sessions open at once (per batch); by default 256, fewer for small captures.
     #[arg(long)]
     sessions: Option<usize>,
+    /// The traffic mix (see workload.rs).
+    #[arg(long, value_enum, default_value = "default")]
+    mix: MixArg,
     /// Also write the expected findings (JSON Lines) to this file.
     #[arg(long)]
     expect: Option<PathBuf>,
@@ -115,6 +130,15 @@ fn main() -> io::Result<()> {
         },
         seed: args.seed,
         sessions: args.sessions,
+        mix: match args.mix {
+            MixArg::Default => Mix::Default,
+            MixArg::Tiny => Mix::Tiny,
+            MixArg::Large => Mix::Large,
+            MixArg::Sessions => Mix::Sessions,
+            MixArg::Storm => Mix::Storm,
+            MixArg::KeepAlive => Mix::KeepAlive,
+            MixArg::Long => Mix::Long,
+        },
         wire: Wire {
             http: if args.http2 {
                 HttpVersion::Http2

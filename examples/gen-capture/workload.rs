@@ -54,6 +54,99 @@ pub struct Workload {
     pub sessions: Option<usize>,
     /// HTTP version and TLS of every connection.
     pub wire: Wire,
+    /// The traffic mix.
+    pub mix: Mix,
+}
+
+/// The traffic mix of a workload: each stresses another part of the analyzer, over the same
+/// session and resume logic (every mix keeps every verdict in it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mix {
+    /// Progress events of 150–400 bytes, one to four resumes per session, each on a new
+    /// connection, up to 256 sessions at once.
+    #[default]
+    Default,
+    /// Progress notifications of about 100 bytes (no message), two to six resumes per
+    /// session: per-event costs dominate.
+    Tiny,
+    /// Tool results of 100–300 KB per event, each split over many segments.
+    Large,
+    /// 3,000 sessions open at once, their packets interleaved: per-connection state and the
+    /// session stage dominate.
+    Sessions,
+    /// Reconnect storms: ten to forty resumes per session, most answered by an empty `200`
+    /// event stream.
+    Storm,
+    /// One connection per session, reused for every exchange (HTTP keep-alive).
+    KeepAlive,
+    /// A few long-lived streams of tens of thousands of events each.
+    Long,
+}
+
+/// What a mix sets.
+struct Shape {
+    /// Length range of each session's progress message; `None`: no message.
+    message: Option<(u64, u64)>,
+    /// Sessions at once when the user does not say.
+    sessions: Option<usize>,
+    /// Resumes per session.
+    resumes: (u64, u64),
+    /// Bounds on the mean events per stream.
+    mean_events: (u64, u64),
+    /// Most resumes get an empty stream.
+    storm: bool,
+    /// Every exchange on the session's first connection.
+    keep_alive: bool,
+    /// Capture bytes one event costs, the first guess before measured batches refine it.
+    event_bytes: f64,
+}
+
+impl Mix {
+    fn shape(self) -> Shape {
+        let base = Shape {
+            message: Some((40, 280)),
+            sessions: None,
+            resumes: (1, 4),
+            mean_events: (4, 20_000),
+            storm: false,
+            keep_alive: false,
+            event_bytes: FIRST_GUESS_EVENT_BYTES,
+        };
+        match self {
+            Mix::Default => base,
+            Mix::Tiny => Shape {
+                message: None,
+                resumes: (2, 6),
+                ..base
+            },
+            Mix::Large => Shape {
+                message: Some((100_000, 300_000)),
+                sessions: Some(16),
+                mean_events: (2, 20_000),
+                event_bytes: 210_000.0,
+                ..base
+            },
+            Mix::Sessions => Shape {
+                sessions: Some(3000),
+                ..base
+            },
+            Mix::Storm => Shape {
+                resumes: (10, 40),
+                storm: true,
+                ..base
+            },
+            Mix::KeepAlive => Shape {
+                keep_alive: true,
+                ..base
+            },
+            Mix::Long => Shape {
+                sessions: Some(4),
+                resumes: (1, 2),
+                mean_events: (4, 400_000),
+                ..base
+            },
+        }
+    }
 }
 
 /// Time between consecutive packets.
@@ -133,8 +226,8 @@ const WORDS: &[&str] = &[
     "processed",
 ];
 
-fn progress_message(rng: &mut Rng) -> String {
-    let want = rng.range(40, 280) as usize;
+fn progress_message(rng: &mut Rng, (lo, hi): (u64, u64)) -> String {
+    let want = rng.range(lo, hi) as usize;
     let mut m = String::with_capacity(want + 16);
     while m.len() < want {
         if !m.is_empty() {
@@ -173,14 +266,15 @@ fn pick_kind(rng: &mut Rng) -> Kind {
 
 /// Builds one session; `serial` is its number over the whole capture (its client address).
 /// Returns the session and the events it sends.
-fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
+fn session(rng: &mut Rng, serial: u64, mean_events: u64, shape: &Shape) -> (SessionSpec, u64) {
     // 10.1.0.0 onwards: one client address per session, so every 4-tuple is unique.
     let host = 0x0a01_0000u32.wrapping_add(serial as u32);
     let client = Ipv4Addr::from(host);
-    let resumes = rng.range(1, 4) as usize;
+    let resumes = rng.range(shape.resumes.0, shape.resumes.1) as usize;
     let port_base = rng.range(20_000, 60_000) as u16;
-    let mut conns = Vec::with_capacity(resumes + 1);
-    for k in 0..=resumes {
+    let connections = if shape.keep_alive { 1 } else { resumes + 1 };
+    let mut conns = Vec::with_capacity(connections);
+    for k in 0..connections {
         let mut f = FlowSpec::new(
             0,
             Endpoint::new(client, port_base + k as u16),
@@ -208,7 +302,7 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
         },
     };
     spec.style = style;
-    spec.progress_message = Some(progress_message(rng));
+    spec.progress_message = shape.message.map(|range| progress_message(rng, range));
     spec = spec
         .exchange(
             0,
@@ -223,7 +317,14 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
     let mut events_total = 0;
     let mut ended_waiting = false;
     for k in 1..=resumes {
-        let kind = pick_kind(rng);
+        let mut kind = pick_kind(rng);
+        if shape.storm && rng.percent(90) {
+            kind = Kind::Empty;
+        }
+        if shape.keep_alive && kind == Kind::CaptureEnds && k < resumes {
+            // On a reused connection nothing can follow an answer that never comes.
+            kind = Kind::Correct;
+        }
         let n = rng.range(mean_events / 4, mean_events * 7 / 4).max(1);
         let numeric = |first: u64| -> Vec<SseEvent> {
             (0..n)
@@ -231,6 +332,7 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
                 .collect()
         };
         let close = match rng.next() % 100 {
+            _ if shape.keep_alive => StreamClose::TerminalChunk,
             0..70 => StreamClose::TerminalChunk,
             70..85 => StreamClose::ServerFin,
             _ => StreamClose::ClientReset,
@@ -279,7 +381,12 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
                 (Resume::new(&last, ResumeResponse::Status(status)), 0)
             }
             Kind::Empty => {
-                let mut s = EventStream::with_ids::<&str>(&[], StreamClose::ServerFin);
+                let end = if shape.keep_alive {
+                    StreamClose::TerminalChunk
+                } else {
+                    StreamClose::ServerFin
+                };
+                let mut s = EventStream::with_ids::<&str>(&[], end);
                 s.style = style;
                 (Resume::new(&last, ResumeResponse::Stream(s)), 0)
             }
@@ -303,10 +410,13 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64) -> (SessionSpec, u64) {
             Kind::CaptureEnds => (Resume::new(&last, ResumeResponse::CaptureEnds), 0),
         };
         events_total += sent;
-        if kind == Kind::CaptureEnds || matches!(close, StreamClose::ServerFin) {
-            spec.connections[k].close = ConnClose::LeaveOpen;
+        let conn = if shape.keep_alive { 0 } else { k };
+        if kind == Kind::CaptureEnds
+            || (!shape.keep_alive && matches!(close, StreamClose::ServerFin))
+        {
+            spec.connections[conn].close = ConnClose::LeaveOpen;
         }
-        spec = spec.exchange(k, ExchangeKind::Resume(resume));
+        spec = spec.exchange(conn, ExchangeKind::Resume(resume));
         ended_waiting = kind == Kind::CaptureEnds;
     }
     // Most clients end the session when they are done (the Python SDK does by default), on
@@ -406,23 +516,27 @@ fn generate<W: PacketWriter, S: PacketWriter>(
     mut expect: Option<&mut dyn Write>,
 ) -> io::Result<Totals> {
     let mut rng = Rng(w.seed ^ 0x6d63_702d_6175_6469);
+    let shape = w.mix.shape();
     let mut totals = Totals::default();
-    let mut event_bytes = FIRST_GUESS_EVENT_BYTES;
+    let mut event_bytes = shape.event_bytes;
     while planned.get() < w.size {
         let before = planned.get();
         let budget = (w.size - before).min(BATCH_BYTES);
         // Small captures get fewer sessions, so their streams stay long.
         let sessions = w
             .sessions
+            .or(shape.sessions)
             .unwrap_or_else(|| (budget / (192 << 10)).clamp(4, 256) as usize)
             .max(1);
-        // About 2.5 streams per session.
+        // Streams per session: about half the resumes' mean, plus one.
+        let streams = (shape.resumes.0 + shape.resumes.1) as f64 / 2.0;
+        let (lo, hi) = shape.mean_events;
         let mean_events =
-            ((budget as f64 / event_bytes / sessions as f64 / 2.5) as u64).clamp(4, 20_000);
+            ((budget as f64 / event_bytes / sessions as f64 / streams) as u64).clamp(lo, hi);
         let mut specs = Vec::with_capacity(sessions);
         let mut events = 0;
         for _ in 0..sessions {
-            let (spec, n) = session(&mut rng, totals.sessions, mean_events);
+            let (spec, n) = session(&mut rng, totals.sessions, mean_events, &shape);
             specs.push(spec);
             totals.sessions += 1;
             events += n;

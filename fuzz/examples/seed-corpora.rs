@@ -15,13 +15,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mcp_resume_audit::app::http1::HttpConnection;
-use mcp_resume_audit::input::capture::CaptureReader;
-use mcp_resume_audit::net::decode::{self, Endpoint};
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
-use mcp_resume_audit::record::{
-    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
-    StreamSink,
+use mcp_resume_audit::stages::HttpConnection;
+use mcp_resume_audit::stages::CaptureReader;
+use mcp_resume_audit::stages::{Endpoint, decode};
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
+use mcp_resume_audit::Limits;
+use mcp_resume_audit::stages::{
+    Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
 use mcp_resume_audit_fuzz::{Step, Transcript};
 

@@ -13,16 +13,16 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use mcp_resume_audit::app::http1::HttpConnection;
-use mcp_resume_audit::app::sse::{OwnedSseEvent, SseParser};
-use mcp_resume_audit::driver::{self, Options};
+use mcp_resume_audit::stages::HttpConnection;
+use mcp_resume_audit::stages::{OwnedSseEvent, SseParser};
+use mcp_resume_audit::{self as driver, Options};
 use mcp_resume_audit::fuzzing::Http2Fuzz;
-use mcp_resume_audit::input::capture::CaptureReader;
-use mcp_resume_audit::net::decode;
-use mcp_resume_audit::net::tcp::{TcpConnection, TcpFlags, TcpSegment};
-use mcp_resume_audit::record::{
-    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
-    StreamSink,
+use mcp_resume_audit::stages::CaptureReader;
+use mcp_resume_audit::stages::decode;
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
+use mcp_resume_audit::Limits;
+use mcp_resume_audit::stages::{
+    Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
 
 /// Runs `harness` on every file named on the command line (directories: every file inside).
@@ -563,7 +563,7 @@ pub fn pipeline(data: &[u8]) {
             max_sse_field_bytes: 32,
             max_block_bytes: 1 << 16,
         },
-        forensic: mcp_resume_audit::audit::Options {
+        forensic: mcp_resume_audit::AuditOptions {
             id_pattern: None,
             views: true,
         },
@@ -573,20 +573,20 @@ pub fn pipeline(data: &[u8]) {
     assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
     let mut out = Vec::new();
     for r in &report.resumes {
-        mcp_resume_audit::report::write_resume(&mut out, "fuzz-input", r)
+        mcp_resume_audit::write_resume(&mut out, "fuzz-input", r)
             .expect("writing to memory");
     }
     for f in &report.findings {
-        mcp_resume_audit::report::write_finding(&mut out, "fuzz-input", f)
+        mcp_resume_audit::write_finding(&mut out, "fuzz-input", f)
             .expect("writing to memory");
     }
     for v in &report.views {
-        mcp_resume_audit::report::write_session(&mut out, "fuzz-input", v)
+        mcp_resume_audit::write_session(&mut out, "fuzz-input", v)
             .expect("writing to memory");
     }
     // The spool, which sorts through runs on disk, gives the same lines in the same order.
-    use mcp_resume_audit::audit::Sink;
-    let mut spool = mcp_resume_audit::report::spool::Spool::with_memory("fuzz-input", true, 512);
+    use mcp_resume_audit::Sink;
+    let mut spool = mcp_resume_audit::stages::Spool::with_memory("fuzz-input", true, 512);
     for v in &report.views {
         spool.view(v.clone());
     }
@@ -600,7 +600,7 @@ pub fn pipeline(data: &[u8]) {
     spool.write_to(&mut spooled).expect("writing to memory");
     assert!(spooled == out, "the spool changed the report");
     if let Some(notes) = spool.human.as_mut() {
-        mcp_resume_audit::report::write_human_input(&mut out, "fuzz-input", notes)
+        mcp_resume_audit::stages::write_human_input(&mut out, "fuzz-input", notes)
             .expect("writing to memory");
     }
 }

@@ -20,6 +20,7 @@
 //!   no such request it is reported unpaired and numbered as a new exchange.
 //! - `body_end` is delivered exactly once per delivered response head, and nothing for that
 //!   exchange follows it. A body whose framing survives a gap gets `body_gap` and goes on;
+//!   a body whose framing does not gets `body_gap` then `BodyEnd::LostSync`;
 //!   an encoded body cannot be decoded past a gap, so it gets `body_gap(0)` then
 //!   `BodyEnd::LostSync` (missing bytes are the capture's fault, not malformed data), and its
 //!   framing is still followed to the next message.
@@ -203,6 +204,9 @@ impl HttpConnection {
                 let effect = body.framing.gap(len);
                 if effect == GapEffect::Lost {
                     if body.open {
+                        // The body lost these bytes too: its consumer counts them as missing
+                        // before it learns that the framing is lost.
+                        sink.body_gap(body.exchange, len, mark);
                         sink.body_end(body.exchange, BodyEnd::LostSync, mark);
                     }
                     self.lose_sync(d, true);
@@ -2484,6 +2488,7 @@ mod tests {
                 "req 1 GET /b",
                 "resp 0 200",
                 "body 0 hello",
+                "gap 0 3",
                 "end 0 LostSync",
                 "anomaly Resynchronized",
                 "resp 1 200",
@@ -2509,6 +2514,7 @@ mod tests {
                 "req 0 GET /a",
                 "resp 0 200",
                 "body 0 ab",
+                "gap 0 30",
                 "end 0 LostSync",
                 "anomaly Resynchronized"
             ]

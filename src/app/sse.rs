@@ -42,6 +42,7 @@ pub struct SseEvent<'a> {
     pub retry: Option<u64>,
     /// The first bytes of the data buffer, up to the `keep_data` given to `new`.
     pub data: &'a [u8],
+    /// The data buffer was longer than `data`.
     pub data_truncated: bool,
     /// True when the spec would dispatch the event (data buffer non-empty before its final LF
     /// is removed, i.e. the block had at least one `data` field).
@@ -52,19 +53,31 @@ pub struct SseEvent<'a> {
     pub first_mark: Mark,
 }
 
-/// An [`SseEvent`] copied out of the parser's buffers, to keep or to compare.
+/// An [`SseEvent`] copied out of the parser's buffers, to keep or to compare; each field
+/// means what the [`SseEvent`] field of the same name means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedSseEvent {
+    /// [`SseEvent::id`].
     pub id: Option<Vec<u8>>,
+    /// [`SseEvent::id_truncated`].
     pub id_truncated: bool,
+    /// [`SseEvent::event_type`].
     pub event_type: Vec<u8>,
+    /// [`SseEvent::data_len`].
     pub data_len: u64,
+    /// [`SseEvent::data_lines`].
     pub data_lines: u32,
+    /// [`SseEvent::retry`].
     pub retry: Option<u64>,
+    /// [`SseEvent::data`].
     pub data: Vec<u8>,
+    /// [`SseEvent::data_truncated`].
     pub data_truncated: bool,
+    /// [`SseEvent::dispatched`].
     pub dispatched: bool,
+    /// [`SseEvent::mark`].
     pub mark: Mark,
+    /// [`SseEvent::first_mark`].
     pub first_mark: Mark,
 }
 
@@ -235,6 +248,8 @@ pub struct SseParser {
 }
 
 impl SseParser {
+    /// A parser at the start of a stream: fields longer than `limits.max_sse_field_bytes` are
+    /// cut, and the first `keep_data` bytes of each data buffer are kept.
     pub fn new(limits: &Limits, keep_data: usize) -> Self {
         SseParser {
             field_limit: limits.max_sse_field_bytes,

@@ -4,7 +4,8 @@
 //! `Last-Event-ID` and the first id of the resumed stream), and optionally a user pattern.
 //! Output: [`PairObs`] (what two consecutive ids of one stream say about a shape), [`Split`]
 //! (an id cut around its counter), [`IdPattern`] (a user's `--id-pattern`), the display form of
-//! a learned shape, and the part of an id that names its namespace ([`namespace_key`]).
+//! a learned shape, and the part of an id that names its namespace
+//! ([`namespace_key_hash`]).
 //! Invariants: pure functions over strings; a counter is a maximal run of ASCII digits, named
 //! by its position counted from the end of the id (0 = the last run), compared as a decimal of
 //! any length; nothing here decides a verdict, it only says which decimals to compare.
@@ -65,13 +66,18 @@ pub struct PairObs<'a> {
     pub k: u8,
     pub prefix: &'a str,
     pub suffix: &'a str,
-    /// The counter went up by exactly one; otherwise the shape is contradicted.
+    /// The counter went up by exactly one.
     pub counts: bool,
+    /// The counter went up by more than one: a counter shared by several streams does that,
+    /// so the shape still orders ids, but ids between may have gone elsewhere. A counter
+    /// that stays or goes down contradicts the shape.
+    pub skips: bool,
 }
 
 /// Compares two consecutive ids of one stream. They speak of a shape only when they differ in
 /// exactly one digit run (same text before and after it); the pair then supports that shape
-/// when the run counts up by one, and contradicts it otherwise. Equal ids, ids that differ
+/// when the run counts up by one, skips when it goes up by more, and contradicts it
+/// otherwise. Equal ids, ids that differ
 /// elsewhere, and pure integers (already comparable) say nothing.
 pub fn observe_pair<'a>(prev: &'a str, next: &str) -> Option<PairObs<'a>> {
     if prev == next || DecimalId::parse(prev).is_some() && DecimalId::parse(next).is_some() {
@@ -87,6 +93,8 @@ pub fn observe_pair<'a>(prev: &'a str, next: &str) -> Option<PairObs<'a>> {
                 prefix: a.prefix,
                 suffix: a.suffix,
                 counts: is_successor(a.seq, b.seq),
+                skips: !is_successor(a.seq, b.seq)
+                    && cmp_decimal(a.seq, b.seq) == Some(Ordering::Less),
             });
         }
     }
@@ -146,6 +154,7 @@ pub enum PatternError {
 }
 
 impl IdPattern {
+    /// Compiles a user's pattern, which must match a whole id and name a group `seq`.
     pub fn new(pattern: &str) -> Result<Self, PatternError> {
         let re = Regex::new(&format!("^(?:{pattern})$"))
             .map_err(|e| PatternError::Syntax(e.to_string()))?;
@@ -160,6 +169,7 @@ impl IdPattern {
         })
     }
 
+    /// The pattern as the user gave it.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -259,15 +269,10 @@ pub fn display_shape(families: &[(&str, &str)]) -> String {
     )
 }
 
-/// The part of an id that names its namespace: the id without its digits. Per-session
-/// counters (`7`, `event-7`, `7/3`) leave little or nothing; random stream ids and uuids leave
-/// most of their letters.
-pub fn namespace_key(id: &str) -> String {
-    id.chars().filter(|c| !c.is_ascii_digit()).collect()
-}
-
-/// Hash and byte length of [`namespace_key`], computed without building it (this runs for
-/// every event id). Equal keys give equal hashes however the digits split them.
+/// Hash and byte length of the part of an id that names its namespace: the id without its
+/// digits, computed without building it (this runs for every event id). Per-session counters
+/// (`7`, `event-7`, `7/3`) leave little or nothing; random stream ids and uuids leave most of
+/// their letters. Equal keys give equal hashes however the digits split them.
 pub fn namespace_key_hash(id: &[u8]) -> (u64, usize) {
     // FNV-1a over the bytes that are not digits: ids are short, and this needs no buffer.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -390,6 +395,10 @@ mod tests {
         ] {
             assert_eq!(is_successor(a, b), want, "{a} {b}");
         }
+    }
+
+    fn namespace_key(id: &str) -> String {
+        id.chars().filter(|c| !c.is_ascii_digit()).collect()
     }
 
     #[test]

@@ -14,16 +14,24 @@ use std::cmp::Ordering;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// The resumed stream began with the event after `Last-Event-ID`.
     Correct,
+    /// The resumed stream began past the event after `Last-Event-ID`: events were lost.
     GapSkipped,
+    /// The resumed stream began at or before `Last-Event-ID`: events were sent again.
     Replayed,
+    /// The server refused the resume (an error status, or no event stream).
     Rejected,
+    /// The resumed stream ended without an event id.
     Empty,
+    /// The ids cannot be compared (opaque ids whose shape cannot be learned).
     Unverifiable,
+    /// The capture lacks the bytes that would decide.
     CaptureIncomplete,
 }
 
 impl Verdict {
+    /// Every verdict, in report order.
     pub const ALL: [Verdict; 7] = [
         Verdict::Correct,
         Verdict::GapSkipped,
@@ -34,6 +42,7 @@ impl Verdict {
         Verdict::CaptureIncomplete,
     ];
 
+    /// The name the report gives the verdict.
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Correct => "correct",
@@ -61,6 +70,7 @@ pub struct DecimalId<'a> {
 }
 
 impl<'a> DecimalId<'a> {
+    /// `s` as a decimal, when it is one.
     pub fn parse(s: &'a str) -> Option<Self> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -152,7 +162,10 @@ pub enum IdOrder {
     /// first > last + 1
     Skipped(LostRange),
     /// first <= last; `count` is last - first + 1 (ids sent again, at least) when it fits.
-    Repeated { count: Option<u64> },
+    Repeated {
+        /// last - first + 1, when it fits in 64 bits.
+        count: Option<u64>,
+    },
 }
 
 /// Applies the seed's decision boundary when both ids are integers; `None` otherwise.
@@ -217,8 +230,11 @@ pub enum NoAnswer {
 pub enum ResponseFacts<'a> {
     /// No response head in the capture; `NoAnswer` says what the capture shows instead.
     Missing(NoAnswer),
+    /// A response head was captured.
     Answered {
+        /// Its status code.
         status: u16,
+        /// Its media type is `text/event-stream`.
         event_stream: bool,
         /// The first `id:` field of the stream, exactly as received.
         first_id: Option<&'a str>,
@@ -232,9 +248,13 @@ pub enum ResponseFacts<'a> {
 /// A verdict with its reason and, for gap_skipped, the lost range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
+    /// The verdict.
     pub verdict: Verdict,
+    /// Why, in one sentence.
     pub reason: &'static str,
+    /// For `gap_skipped`: the ids lost.
     pub lost: Option<LostRange>,
+    /// For `replayed`: how many ids were sent again, when known.
     pub replayed_count: Option<u64>,
 }
 
@@ -264,6 +284,7 @@ pub enum LimitHit {
 }
 
 impl LimitHit {
+    /// Why the resume could not be decided, naming the flag to raise.
     pub fn reason(self) -> &'static str {
         match self {
             LimitHit::Connections => {

@@ -1,6 +1,9 @@
 //! The driver: inputs → packets → connections → exchanges → resumes, in parallel.
 //!
-//! Input: paths (or `-` for standard input) and [`Options`].
+//! Input: paths (or `-` for standard input) and [`Options`]; [`run`] makes them inputs
+//! ([`crate::input::set`]): files, directories walked, ring buffers and `--merge` sets read as
+//! one capture, `--fleet` capture points merged by time ([`crate::input::merge`]), each file
+//! possibly compressed ([`crate::input::compressed`]).
 //! Output: per input an [`InputReport`] (resumes in report order, counters, problems), and
 //! [`run`] writes the whole report.
 //! Invariants:
@@ -10,7 +13,11 @@
 //! - The reader's flow table is bounded by `Limits::max_connections` (least recently active
 //!   evicted first); connections closed by either side leave it after a quiet minute of
 //!   capture time.
-//! - Payload bytes are copied at most once (into a batch for a worker thread), never kept.
+//! - Payload bytes are copied at most once (into a batch for a worker thread), never kept
+//!   (a `--fleet` run copies them once more, into the merged stream).
+//! - The files of a set are read one after the other through one flow table; a frame of
+//!   member `n` is numbered `n << MEMBER_SHIFT | its own number` ([`crate::record`]), so
+//!   frames keep growing in reading order and a lone file's numbers are its own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
@@ -30,7 +37,10 @@ use crate::exchange::{
     ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
 };
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
+use crate::input::compressed::Codec;
 use crate::input::har;
+use crate::input::merge::{FrameMap, MergedCapture};
+use crate::input::set::{self, CaptureSet, Input};
 use crate::net::decode::{self, Endpoint, Skip};
 use crate::net::flow::{FlowEvent, FlowPacket, FlowTable, FoldHashKey, SWEEP_EVERY_PACKETS};
 use crate::net::tcp::{TcpConnection, TcpSegment};
@@ -61,6 +71,7 @@ pub struct Options {
     /// the reader and the session stage; several inputs: N inputs at a time, each on one
     /// thread).
     pub threads: usize,
+    /// Bounds on memory and on what is kept (`--max-*`).
     pub limits: Limits,
     /// Advanced by the capture bytes read, over all inputs (its length is the caller's to set);
     /// finished and cleared before [`run`] writes any message.
@@ -79,17 +90,25 @@ pub struct Options {
     pub ignore: Vec<EndpointFilter>,
     /// `--html FILE`: also write the report as one HTML page there, from the same lines.
     pub html: Option<PathBuf>,
+    /// `--merge`: every capture file given is one capture (a set the names do not show).
+    pub merge: bool,
+    /// `--fleet`: every capture input is a capture point of one incident; they are merged by
+    /// time into one capture with one session stage.
+    pub fleet: bool,
 }
 
 /// A server endpoint to leave out of the unread traffic: `IP:PORT`, `[IPv6]:PORT`, `IP` (any
 /// port) or `:PORT` (any address).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointFilter {
+    /// The address, or any.
     pub ip: Option<std::net::IpAddr>,
+    /// The port, or any.
     pub port: Option<u16>,
 }
 
 impl EndpointFilter {
+    /// True when `e` is a server this filter names.
     pub fn matches(&self, e: &Endpoint) -> bool {
         self.ip.is_none_or(|ip| ip == e.ip) && self.port.is_none_or(|p| p == e.port)
     }
@@ -167,6 +186,7 @@ impl TlsKeys {
         self.0.len()
     }
 
+    /// No secret is known.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -196,6 +216,8 @@ impl Default for Options {
             tls: TlsKeys::default(),
             ignore: Vec::new(),
             html: None,
+            merge: false,
+            fleet: false,
         }
     }
 }
@@ -207,19 +229,31 @@ const PROGRESS_STEP_BYTES: u64 = 4 << 20;
 /// Counters of one input.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InputStats {
+    /// Packets (or HAR entries) read.
     pub packets: u64,
+    /// Packets that gave no TCP segment, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
+    /// TCP connections seen.
     pub tcp_connections: u64,
+    /// HTTP exchanges seen.
     pub http_exchanges: u64,
+    /// Holes in TCP streams given up as gaps, and their bytes.
     pub tcp_gaps: u64,
+    /// See `tcp_gaps`.
     pub tcp_gap_bytes: u64,
+    /// Holes given up because `--max-out-of-order` was reached.
     pub out_of_order_overflows: u64,
+    /// Connections evicted to stay within `--max-connections`.
     pub connections_evicted: u64,
+    /// Anomalies the parsers recovered from, by name.
     pub anomalies: BTreeMap<String, u64>,
     /// Session facts dropped by per-stream caps, and exchanges left out of the session stage.
     pub facts_dropped: u64,
+    /// See `facts_dropped`.
     pub exchanges_not_audited: u64,
+    /// Sessions audited early to stay within `--session-memory`.
     pub sessions_retired_early: u64,
+    /// What was read, what was not, and why.
     pub coverage: CoverageStats,
 }
 
@@ -248,14 +282,17 @@ impl InputStats {
 /// What one input gave.
 #[derive(Debug, Default)]
 pub struct InputReport {
+    /// The input's name, as messages and the report cite it.
     pub input: String,
     /// The records, in report order, when the caller collects them ([`analyze_reader`]).
     pub resumes: Vec<ResumeRecord>,
     /// Findings of the session stage tied to no resume, and the session views.
     pub findings: Vec<Finding>,
+    /// See `findings`.
     pub views: Vec<SessionView>,
     /// Hashes of the session ids seen.
     pub sessions: BTreeSet<u64>,
+    /// Its counters.
     pub stats: InputStats,
     /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
     pub messages: Vec<(bool, String)>,
@@ -282,6 +319,7 @@ impl InputReport {
         self
     }
 
+    /// True when the input could not be read, wholly or in part.
     pub fn failed(&self) -> bool {
         self.messages.iter().any(|(e, _)| *e)
     }
@@ -343,9 +381,22 @@ pub fn analyze_reader_into<R: Read>(
     }
     let prefix = &head[..got];
     let chained = prefix.chain(src);
+    if let Some(codec) = Codec::sniff(prefix) {
+        // One layer of compression: what it holds must be a capture or a HAR.
+        let inner = Decompressed {
+            codec,
+            src: codec.decoder(chained),
+        };
+        return analyze_decompressed(name, inner, opts, sink);
+    }
     match capture::sniff(prefix) {
         Some(InputKind::Pcap | InputKind::PcapNg) => {
-            analyze_capture(name, chained, opts, &mut report, sink)
+            let one = Member {
+                no: 0,
+                name: name.to_string(),
+                src: Ok(Box::new(chained)),
+            };
+            analyze_capture(&mut std::iter::once(one), opts, &mut report, sink)
         }
         Some(InputKind::Json) => {
             let exchanges = har::read_har(name, chained, &opts.limits);
@@ -360,6 +411,143 @@ pub fn analyze_reader_into<R: Read>(
         )),
     }
     report
+}
+
+/// Analyzes a capture set: its files one after the other as one capture, in the order of
+/// `set.members` (see [`CaptureSet::order_by_time`]); its records go to `sink`, their frames
+/// numbered per member ([`crate::record::member_frame`]).
+pub fn analyze_set_into(
+    set: &CaptureSet,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut report = InputReport::new(&set.name);
+    let mut members = set.members.iter().enumerate().map(|(i, path)| Member {
+        no: i as u64 + 1,
+        name: path.display().to_string(),
+        src: open_member(path),
+    });
+    analyze_capture(&mut members, opts, &mut report, sink);
+    report
+}
+
+/// Analyzes capture points merged by time ([`MergedCapture`]) as one capture.
+pub fn analyze_merged_into(
+    name: &str,
+    merged: MergedCapture,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut report = InputReport::new(name);
+    // The merged stream's blocks carry a few bytes more than the records they hold.
+    let opts = Options {
+        limits: Limits {
+            max_block_bytes: max_block(opts).saturating_add(64),
+            ..opts.limits.clone()
+        },
+        ..opts.clone()
+    };
+    let one = Member {
+        no: 0,
+        name: name.to_string(),
+        src: Ok(Box::new(merged)),
+    };
+    analyze_capture(&mut std::iter::once(one), &opts, &mut report, sink);
+    report
+}
+
+fn max_block(opts: &Options) -> usize {
+    opts.limits.max_block_bytes
+}
+
+/// The merged stream's frames, named by the file each came from.
+struct MergedNames(Arc<FrameMap>);
+
+impl report::files::FrameNames for MergedNames {
+    fn locate(&self, frame: u64) -> Option<(String, u64)> {
+        self.0.locate(frame).map(|(f, l)| (f.to_string(), l))
+    }
+    fn files(&self) -> Vec<String> {
+        self.0.files.clone()
+    }
+}
+
+/// A file of a set, decompressed when it is compressed.
+fn open_member(path: &Path) -> Result<Box<dyn Read>, String> {
+    let name = path.display();
+    let mut f = File::open(path).map_err(|e| format!("{name}: cannot open: {e}"))?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("{name}: offset {got}: read error: {e}")),
+        }
+    }
+    let src = std::io::Cursor::new(head[..got].to_vec()).chain(f);
+    Ok(match Codec::sniff(&head[..got]) {
+        Some(codec) => Box::new(Decompressed {
+            codec,
+            src: codec.decoder(src),
+        }),
+        None => Box::new(src),
+    })
+}
+
+/// The decompressed bytes of an input, whose read errors say they come from the codec.
+struct Decompressed<'a> {
+    codec: Codec,
+    src: Box<dyn Read + 'a>,
+}
+
+impl Read for Decompressed<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.src.read(out).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{} decompression: {e}", self.codec.name()),
+            )
+        })
+    }
+}
+
+/// [`analyze_reader_into`] on what a compressed input holds; compressed again is refused (a
+/// bomb of nested layers gains nothing).
+fn analyze_decompressed(
+    name: &str,
+    mut src: Decompressed<'_>,
+    opts: &Options,
+    sink: &mut dyn audit::Sink,
+) -> InputReport {
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match src.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let mut r = InputReport::new(name);
+                r.error(format!(
+                    "{name}: offset {got} (decompressed): read error: {e}"
+                ));
+                return r;
+            }
+        }
+    }
+    if let Some(again) = Codec::sniff(&head[..got]) {
+        let mut r = InputReport::new(name);
+        r.error(format!(
+            "{name}: offset 0 (decompressed): {} inside {}: nested compression is not read",
+            again.name(),
+            src.codec.name()
+        ));
+        return r;
+    }
+    let prefix = head[..got].to_vec();
+    analyze_reader_into(name, std::io::Cursor::new(prefix).chain(src), opts, sink)
 }
 
 impl From<FlowEvent> for ShardMsg {
@@ -394,6 +582,9 @@ enum StageEvent {
     /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
     /// the events queued between threads stay small.
     Ended(Box<(Option<ExchangeSummary>, Option<ResumeRecord>)>),
+    /// A connection that may carry MCP was not read, wholly or in part, or lost requests (or
+    /// answers it could not pair) that no session can be named for.
+    Unread,
 }
 
 /// A [`StageEvent`] with its place in the order the session stage takes them in: the frame
@@ -460,6 +651,10 @@ impl StreamSink for Bridge<'_> {
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
         self.first.get_or_insert(false);
         self.gaps[dir.index()] = true;
+        if self.app.client_direction().is_none_or(|c| c == dir) {
+            // Requests may have been lost: no session can be named for them.
+            self.tracker.unattributed_loss = true;
+        }
         self.app.gap(self.ctx, dir, len, mark, self.tracker);
     }
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
@@ -603,7 +798,20 @@ impl Shard {
         c.tcp.finish(how, mark, &mut bridge);
         let server_dir = c.app.client_direction().map(Direction::other);
         let server_end = server_dir.and_then(|d| c.ends[d.index()]);
-        let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()]);
+        // Bytes a layer above TCP lost (TLS records it could not decrypt, HTTP/2 header blocks
+        // it could not read) may have held the answer too.
+        let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()])
+            || c.app.losses().into_iter().any(|(kind, n)| {
+                n > 0
+                    && matches!(
+                        kind,
+                        "tls_records_lost"
+                            | "tls_resync_failed"
+                            | "tls_auth_failures"
+                            | "h2_headers_unreadable"
+                            | "h2_resynchronized"
+                    )
+            });
         c.tracker.finish(server_end, server_gaps, mark);
         let frame = if self.finishing {
             END_OF_INPUT
@@ -642,6 +850,26 @@ impl Shard {
                     self.count_unread(reason, server, c.bytes);
                 }
             }
+        }
+        let ignored = |server: &Endpoint| self.ignore.iter().any(|f| f.matches(server));
+        let server = match c.app.client_direction() {
+            Some(Direction::Reverse) => c.endpoints.0,
+            _ => c.endpoints.1,
+        };
+        let unread = match coverage {
+            Coverage::Unread(Unread::NotHttp) => false,
+            Coverage::Unread(_) => c.bytes > 0 && !ignored(&server),
+            _ => c.app.losses().into_iter().any(|(kind, n)| {
+                n > 0 && matches!(kind, "h2_headers_unreadable" | "tls_resync_failed")
+            }),
+        };
+        if unread {
+            self.events.push(Keyed {
+                frame,
+                stream,
+                exchange: 0,
+                event: StageEvent::Unread,
+            });
         }
         for (kind, n) in c.app.losses() {
             match kind {
@@ -686,6 +914,14 @@ impl Shard {
 /// requests named, and each exchange that ended with its summary and resume, endpoints filled
 /// in. `frame` is their key.
 fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
+    if std::mem::take(&mut c.tracker.unattributed_loss) {
+        events.push(Keyed {
+            frame,
+            stream,
+            exchange: 0,
+            event: StageEvent::Unread,
+        });
+    }
     for (exchange, sid) in c.tracker.opened.drain(..) {
         events.push(Keyed {
             frame,
@@ -847,6 +1083,7 @@ impl<'s> Merger<'s> {
             let key = (k.stream, k.exchange);
             match k.event {
                 StageEvent::Opened(sid) => self.stage.opened(&sid, key),
+                StageEvent::Unread => self.stage.traffic_unread(),
                 StageEvent::Ended(ended) => {
                     let (x, r) = *ended;
                     self.stage.exchange(Some(key), x, r, self.sink)
@@ -989,93 +1226,140 @@ impl Dispatch for Threaded {
     }
 }
 
-/// Reads the capture, classifies packets and feeds them to `sink`. Returns the last mark.
-fn read_packets<R: Read, D: Dispatch>(
-    name: &str,
-    src: R,
+/// A file of the capture being read: its number in a set (0 when the input is one file), the
+/// name its messages give, and its bytes (or why they cannot be had).
+struct Member<'a> {
+    no: u64,
+    name: String,
+    src: Result<Box<dyn Read + 'a>, String>,
+}
+
+/// Reads the capture (the files of a set one after the other, as one), classifies packets and
+/// feeds them to `sink`. Returns the last mark.
+fn read_packets<'a, D: Dispatch>(
+    members: &mut dyn Iterator<Item = Member<'a>>,
     opts: &Options,
     sink: &mut D,
     report: &mut InputReport,
 ) -> (Mark, FlowTable) {
     let mut table = FlowTable::new(opts.limits.max_connections);
     let mut last = Mark::default();
-    let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            report.error(format!("{name}: {e}"));
-            return (last, table);
-        }
-    };
     let mut ends = Vec::new();
-    let mut progress_shown = 0;
     let mut keys = opts.tls.0.clone();
-    loop {
-        if let Some(bar) = &opts.progress {
-            let at = reader.position();
-            if at - progress_shown >= PROGRESS_STEP_BYTES {
-                bar.advance(at - progress_shown);
-                progress_shown = at;
-            }
-        }
-        let packet = match reader.next_record() {
-            Ok(Some(Record::Packet(p))) => p,
-            Ok(Some(Record::TlsKeyLog(text))) => {
-                let mut more = (*keys).clone();
-                more.add_nss(text, KeySource::Embedded);
-                keys = Arc::new(more);
-                sink.control(ShardMsg::Keys(keys.clone()));
+    // The file read before, and the time of its last packet.
+    let mut before: Option<(String, i64)> = None;
+    for member in members {
+        let name = member.name.as_str();
+        let src = match member.src {
+            Ok(src) => src,
+            Err(e) => {
+                report.error(e);
                 continue;
             }
-            Ok(None) => break,
+        };
+        let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
+            Ok(r) => r,
             Err(e) => {
-                report.error(format!(
-                    "{name}: {e} (after frame {}); analyzed up to there",
-                    report.stats.packets
-                ));
-                break;
+                report.error(format!("{name}: {e}"));
+                continue;
             }
         };
-        report.stats.packets += 1;
-        let mark = Mark::new(packet.frame, packet.time_ns);
-        last = mark;
-        if (packet.orig_len as usize) > packet.data.len() {
-            report.stats.coverage.count_cut(packet.data.len() as u64);
-        }
-        match decode::decode(packet.linktype, packet.data) {
-            Ok(tcp) => {
-                let msg = table.classify(&tcp, mark, packet.frame, |e| sink.control(e.into()));
-                sink.packet(msg, tcp.payload);
+        let base = frame_base(member.no);
+        let mut progress_shown = 0;
+        let mut packets = 0u64;
+        let mut times: Option<(i64, i64)> = None;
+        loop {
+            if let Some(bar) = &opts.progress {
+                let at = reader.position();
+                if at - progress_shown >= PROGRESS_STEP_BYTES {
+                    bar.advance(at - progress_shown);
+                    progress_shown = at;
+                }
             }
-            Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
-        }
-        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
-            table.sweep(mark, &mut ends);
-            for e in ends.drain(..) {
-                sink.control(e.into());
+            let packet = match reader.next_record() {
+                Ok(Some(Record::Packet(p))) => p,
+                Ok(Some(Record::TlsKeyLog(text))) => {
+                    let mut more = (*keys).clone();
+                    more.add_nss(text, KeySource::Embedded);
+                    keys = Arc::new(more);
+                    sink.control(ShardMsg::Keys(keys.clone()));
+                    continue;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    report.error(format!(
+                        "{name}: {e} (after frame {packets}); analyzed up to there"
+                    ));
+                    break;
+                }
+            };
+            packets += 1;
+            report.stats.packets += 1;
+            let frame = base | packet.frame;
+            let mark = Mark::new(frame, packet.time_ns);
+            last = mark;
+            if packet.time_ns != 0 {
+                let (first, _) = times.unwrap_or((packet.time_ns, packet.time_ns));
+                times = Some((first, packet.time_ns));
             }
+            if (packet.orig_len as usize) > packet.data.len() {
+                report.stats.coverage.count_cut(packet.data.len() as u64);
+            }
+            match decode::decode(packet.linktype, packet.data) {
+                Ok(tcp) => {
+                    let msg = table.classify(&tcp, mark, frame, |e| sink.control(e.into()));
+                    sink.packet(msg, tcp.payload);
+                }
+                Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
+            }
+            if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
+                table.sweep(mark, &mut ends);
+                for e in ends.drain(..) {
+                    sink.control(e.into());
+                }
+            }
+            sink.frame_done(frame);
         }
-        sink.frame_done(packet.frame);
-    }
-    if let Some(bar) = &opts.progress {
-        bar.advance(reader.position().saturating_sub(progress_shown));
-    }
-    if let Some(at) = reader.truncated_at() {
-        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
-        // Read in part: counted as a failed input, though every whole packet was analyzed.
-        report.error(format!(
-            "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
-        ));
-    }
-    let skipped = reader.skipped_records();
-    if skipped > 0 {
-        *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+        if let Some(bar) = &opts.progress {
+            bar.advance(reader.position().saturating_sub(progress_shown));
+        }
+        if let Some(at) = reader.truncated_at() {
+            *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
+            // Read in part: counted as a failed input, though every whole packet was analyzed.
+            report.error(format!(
+                "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
+            ));
+        }
+        let skipped = reader.skipped_records();
+        if skipped > 0 {
+            *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+        }
+        if let (Some((prev, prev_end)), Some((first, _))) = (&before, times)
+            && first < *prev_end
+        {
+            report.messages.push((
+                false,
+                format!(
+                    "{name}: its first packet ({}) is older than the last one of {prev} ({}): \
+                     the files overlap in time or the clock went back; read one after the other",
+                    report::rfc3339_micros(first),
+                    report::rfc3339_micros(*prev_end)
+                ),
+            ));
+        }
+        if let Some((_, end)) = times {
+            before = Some((name.to_string(), end));
+        }
     }
     (last, table)
 }
 
-fn analyze_capture<R: Read>(
-    name: &str,
-    src: R,
+fn frame_base(member: u64) -> u64 {
+    member << crate::record::MEMBER_SHIFT
+}
+
+fn analyze_capture<'a>(
+    members: &mut dyn Iterator<Item = Member<'a>>,
     opts: &Options,
     report: &mut InputReport,
     sink: &mut dyn audit::Sink,
@@ -1085,7 +1369,7 @@ fn analyze_capture<R: Read>(
             shard: Shard::new(&opts.limits, opts.tls.0.clone(), opts.ignore.clone().into()),
             merger: Merger::new(1, opts, sink),
         };
-        let (last, table) = read_packets(name, src, opts, &mut inline, report);
+        let (last, table) = read_packets(members, opts, &mut inline, report);
         report.stats.connections_evicted = table.evicted;
         let Inline { shard, mut merger } = inline;
         let mut shard = shard.finish(last);
@@ -1144,7 +1428,7 @@ fn analyze_capture<R: Read>(
                 spare,
                 done: 0,
             };
-            let (last, table) = read_packets(name, src, opts, &mut threaded, report);
+            let (last, table) = read_packets(members, opts, &mut threaded, report);
             report.stats.connections_evicted = table.evicted;
             for s in 0..n {
                 threaded.flush(s);
@@ -1199,7 +1483,9 @@ fn har_session_stage(
 /// The outcome of a whole run, for the exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOutcome {
+    /// Some resume was not `correct`, or an error finding was made.
     pub findings: bool,
+    /// Some input could not be read, wholly or in part.
     pub input_errors: bool,
     /// Traffic that may carry MCP was not read (TLS, HTTP/2, packets cut by the snap length).
     pub unread: bool,
@@ -1248,14 +1534,51 @@ pub fn run<W: Write, E: Write>(
     } else {
         opts
     };
-    let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let mut plan = set::plan(inputs, opts.merge);
+    let planned = if opts.fleet {
+        let (inputs, warnings) = set::points(std::mem::take(&mut plan.inputs), max_block(opts));
+        plan.messages.extend(warnings);
+        inputs
+    } else {
+        std::mem::take(&mut plan.inputs)
+    };
+    let inputs: Vec<(Input, Vec<(bool, String)>)> = planned
+        .into_iter()
+        .map(|i| match i {
+            Input::Set(mut s) if !opts.fleet => {
+                let warnings = s.order_by_time(opts.limits.max_block_bytes);
+                (Input::Set(s), warnings)
+            }
+            one => (one, Vec::new()),
+        })
+        .collect();
+    let names: Vec<String> = inputs.iter().map(|(i, _)| i.name()).collect();
     let mut html = match &opts.html {
         Some(path) => Some(HtmlReport::create(path, &names)?),
         None => None,
     };
-    let one = |p: &PathBuf, o: &Options| {
-        let mut spool = Spool::new(&p.display().to_string(), human);
-        let report = analyze_path_into(p, o, &mut spool);
+    let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {
+        let mut spool = Spool::new(&input.name(), human);
+        let mut report = match input {
+            Input::One(p) => analyze_path_into(p, o, &mut spool),
+            Input::Set(s) => {
+                spool.files = Some(Arc::new(report::files::SetFiles(
+                    s.members.iter().map(|p| p.display().to_string()).collect(),
+                )));
+                analyze_set_into(s, o, &mut spool)
+            }
+            Input::Points(points) => {
+                let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
+                let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
+                spool.files = Some(Arc::new(MergedNames(map)));
+                let mut report = analyze_merged_into(&input.name(), merged, o, &mut spool);
+                if let Ok(mut m) = messages.lock() {
+                    report.messages.append(&mut m);
+                }
+                report
+            }
+        };
+        report.messages.splice(0..0, warnings.iter().cloned());
         (report, spool)
     };
     let mut reports: Vec<(InputReport, Spool)> = if inputs.len() > 1 && opts.threads > 1 {
@@ -1281,6 +1604,24 @@ pub fn run<W: Write, E: Write>(
         input_errors: false,
         unread: false,
     };
+    // What the paths themselves gave: a directory that holds nothing to read is an input that
+    // failed.
+    for (is_error, text) in &plan.messages {
+        writeln!(
+            err,
+            "{}: {text}",
+            if *is_error { "error" } else { "warning" }
+        )?;
+        if *is_error {
+            outcome.input_errors = true;
+            summary.problems.push(InputProblem {
+                input: text.split(": ").next().unwrap_or_default().to_string(),
+                error: text.clone(),
+            });
+            summary.inputs += 1;
+            summary.inputs_failed += 1;
+        }
+    }
     let mut no_json = std::io::sink();
     let json: &mut dyn Write = if opts.human == HumanReport::Instead {
         &mut no_json
@@ -1332,6 +1673,7 @@ pub fn run<W: Write, E: Write>(
             http_exchanges: r.stats.http_exchanges,
             resumes: spool.summary.resumes,
             coverage,
+            files: spool.files.as_ref().map(|f| f.files()).unwrap_or_default(),
         });
         summary.absorb_counts(&spool.summary);
         outcome.findings |= spool.findings;
@@ -1366,7 +1708,9 @@ pub fn run<W: Write, E: Write>(
     if let Some(h) = human {
         for (r, spool) in &mut reports {
             if let Some(notes) = spool.human.as_mut() {
-                report::write_human_input(h, &r.input, notes)?;
+                report::files::with_files(spool.files.as_ref(), || {
+                    report::write_human_input(h, &r.input, notes)
+                })?;
             }
         }
         report::write_human_summary(h, &summary)?;

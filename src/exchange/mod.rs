@@ -15,6 +15,7 @@
 //! priming event at the head of a resumed stream that repeats `Last-Event-ID` exactly: it
 //! re-states the client's position and delivers nothing, so the next id decides.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::app::jsonrpc::{self, RpcFact};
@@ -90,21 +91,33 @@ pub struct TlsInfo {
 /// One resume: a request carrying `Last-Event-ID`, what came back, and the verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResumeRecord {
+    /// `Mcp-Session-Id` of the resume request (or of its answer, or of its URL).
     pub session_id: Option<String>,
+    /// The verdict, its reason, and the lost or replayed range.
     pub decision: Decision,
+    /// `Last-Event-ID` exactly as sent.
     pub last_event_id: String,
+    /// The first `id:` of the answer's stream, exactly as received.
     pub first_event_id: Option<String>,
     /// For `capture_incomplete` after missing bytes: the first id the capture holds after them.
     pub first_id_after_gap: Option<String>,
     /// The first id was longer than the field limit and is cut.
     pub first_event_id_truncated: bool,
+    /// The request method.
     pub method: String,
+    /// The request target.
     pub target: String,
+    /// `MCP-Protocol-Version` of the request.
     pub protocol_version: Option<String>,
+    /// The frame of the request head's first byte.
     pub request: Mark,
+    /// The answer's status, when captured.
     pub status: Option<u16>,
+    /// The answer's `Content-Type`.
     pub content_type: Option<String>,
+    /// The frame of the answer head's first byte.
     pub response: Option<Mark>,
+    /// The frame that completed the first event carrying an id.
     pub first_event: Option<Mark>,
     /// Events (blocks with fields) seen on the stream before the first one carrying an id.
     pub events_before_first_id: u64,
@@ -117,6 +130,7 @@ pub struct ResumeRecord {
     pub stream_end: Option<BodyEnd>,
     /// The last frame that belongs to the proof (first event, else the end of the answer).
     pub last_proof: Mark,
+    /// The connection: endpoints, `tcp.stream`, TLS facts.
     pub connection: ConnectionRef,
     /// 0-based index of the exchange on its connection: joins the record to its summary.
     pub exchange: u32,
@@ -215,6 +229,9 @@ pub struct IdFact {
     pub id_index: u64,
     /// The event had no data (a priming event): it delivers nothing when re-sent.
     pub priming: bool,
+    /// The id is a decimal integer: streams may each count their own, so the same integer
+    /// on two streams need not be the same event.
+    pub integer: bool,
     /// Hash and length of the id's namespace key ([`idshape::namespace_key`]).
     pub key: u64,
     pub key_len: u32,
@@ -283,7 +300,8 @@ pub struct DupId {
     pub again: Mark,
 }
 
-/// Consecutive ids of a stream that agree (`support`) or disagree (`breaks`) with a shape.
+/// Consecutive ids of a stream that agree (`support`), skip ahead (`skips`: the counter went
+/// up by more than one) or disagree (`breaks`) with a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShapeTally {
     pub k: u8,
@@ -291,6 +309,7 @@ pub struct ShapeTally {
     pub suffix: String,
     pub support: u32,
     pub breaks: u32,
+    pub skips: u32,
 }
 
 /// Bounded facts about one `text/event-stream` answer.
@@ -338,6 +357,9 @@ pub struct ExchangeSummary {
     pub event_stream: bool,
     pub end: Option<(BodyEnd, Mark)>,
     pub stream: Option<Box<StreamSummary>>,
+    /// The exchange began its session: the answer named a session that the request did not
+    /// (an `initialize`), or the stream's `endpoint` event did (the 2024-11-05 transport).
+    pub opens_session: bool,
 }
 
 impl ExchangeSummary {
@@ -497,27 +519,39 @@ pub struct ExchangeTracker {
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
+    /// Session ids seen on the connection.
     pub session_ids: BTreeSet<String>,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
     /// session stage knows from them which sessions are still active.
     pub opened: Vec<(u32, String)>,
+    /// Anomalies the parsers recovered from, up to a bound.
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
     pub exchanges: u64,
     /// Facts dropped by the per-stream caps, and summaries by the per-connection cap.
     pub facts_dropped: u64,
+    /// See `facts_dropped`.
     pub summaries_dropped: u64,
     keep_summaries: bool,
     /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
     evicted: bool,
     /// The last message head dropped for exceeding `Limits::max_header_bytes`.
     head_too_large: Option<Mark>,
+    /// Since the caller last took it: requests may have been lost (bytes of the client's
+    /// direction missing, or an answer that could not be paired with a request), and no
+    /// session can be named for them.
+    pub unattributed_loss: bool,
+    /// The last time the HTTP stage skipped bytes it could not read as HTTP (a lost or
+    /// unreadable message head), or met an answer it could not pair with a request: an
+    /// answer to an open request may have been among them.
+    resynced: Option<Mark>,
 }
 
 /// Anomalies kept per connection for the report; further ones are only counted.
 const MAX_ANOMALIES_KEPT: usize = 64;
 
 impl ExchangeTracker {
+    /// A tracker for a new connection.
     pub fn new(limits: &Limits) -> Self {
         ExchangeTracker {
             limits: limits.clone(),
@@ -534,13 +568,18 @@ impl ExchangeTracker {
             keep_summaries: true,
             evicted: false,
             head_too_large: None,
+            unattributed_loss: false,
+            resynced: None,
         }
     }
 
     /// Something for the session stage has come since it was last taken: a request naming a
     /// session, a summary or a resume.
     pub fn has_news(&self) -> bool {
-        !(self.opened.is_empty() && self.summaries.is_empty() && self.resumes.is_empty())
+        !(self.opened.is_empty()
+            && self.summaries.is_empty()
+            && self.resumes.is_empty()
+            && !self.unattributed_loss)
     }
 
     /// Stops gathering session facts for this connection (resumes are still decided): the
@@ -593,8 +632,14 @@ impl ExchangeTracker {
         for id in ids {
             if let Some(mut ex) = self.remove(id) {
                 self.finish_stream(&mut ex, mark);
+                // Bytes skipped after the request may have held its answer's head.
+                let skipped_after = match (&ex.request, self.resynced) {
+                    (Some(r), Some(m)) => m.frame >= r.complete.frame,
+                    (None, Some(_)) => true,
+                    _ => false,
+                };
                 let no_answer = match server_end {
-                    _ if server_gaps => NoAnswer::NotCaptured,
+                    _ if server_gaps || skipped_after => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
                     Some(StreamEnd::PeerRst) => NoAnswer::ClientAborted,
                     _ => NoAnswer::NotCaptured,
@@ -619,6 +664,15 @@ impl ExchangeTracker {
             }
             None => (None, None),
         };
+        let request_named = request.as_ref().is_some_and(|r| {
+            r.session_id.is_some() || jsonrpc::session_from_url(r.target.as_bytes()).is_some()
+        });
+        let opens_session = request.is_some()
+            && !request_named
+            && (response.as_ref().is_some_and(|r| r.session_id.is_some())
+                || summary
+                    .as_ref()
+                    .is_some_and(|s| s.endpoint_session.is_some()));
         let session_id = request
             .as_ref()
             .and_then(|r| r.session_id.clone())
@@ -676,6 +730,7 @@ impl ExchangeTracker {
             event_stream,
             end,
             stream: summary,
+            opens_session,
         });
     }
 
@@ -749,7 +804,12 @@ impl ExchangeTracker {
             .or(end.map(|(_, m)| m))
             .or(response.map(|r| r.complete))
             .unwrap_or(
-                if response.is_none() && no_answer != NoAnswer::NotCaptured {
+                if response.is_none()
+                    && (no_answer != NoAnswer::NotCaptured
+                        || self
+                            .resynced
+                            .is_some_and(|m| m.frame >= request.complete.frame))
+                {
                     mark
                 } else {
                     request.complete
@@ -957,19 +1017,30 @@ impl ShapeState {
                 Some(t) => match counter_in(next, t) {
                     Some(mid) => {
                         let value = small_value(mid);
-                        let counts = match (c.value, value) {
+                        let step = match (c.value, value) {
                             (Some(a), Some(b)) if a == b => None,
-                            (Some(a), Some(b)) => Some(a.checked_add(1) == Some(b)),
+                            (Some(a), Some(b)) if a.checked_add(1) == Some(b) => {
+                                Some(Ordering::Equal)
+                            }
+                            (Some(a), Some(b)) => Some(a.cmp(&b)),
                             _ => self
                                 .prev_id
                                 .as_deref()
                                 .and_then(|p| counter_in(p, t))
                                 .filter(|p| *p != mid)
-                                .map(|p| idshape::is_successor(p, mid)),
+                                .and_then(|p| {
+                                    if idshape::is_successor(p, mid) {
+                                        Some(Ordering::Equal)
+                                    } else {
+                                        idshape::cmp_decimal(p, mid)
+                                    }
+                                }),
                         };
-                        match counts {
-                            Some(true) => t.support = t.support.saturating_add(1),
-                            Some(false) => t.breaks = t.breaks.saturating_add(1),
+                        // Equal: up by one; Less: up by more; Greater: down.
+                        match step {
+                            Some(Ordering::Equal) => t.support = t.support.saturating_add(1),
+                            Some(Ordering::Less) => t.skips = t.skips.saturating_add(1),
+                            Some(Ordering::Greater) => t.breaks = t.breaks.saturating_add(1),
                             None => {}
                         }
                         self.cursor = Some(ShapeCursor { value, ..c });
@@ -1019,136 +1090,167 @@ impl StreamFacts {
             Some(id) if integer_id => digits_value(id),
             _ => None,
         };
-        let mut skipped_ack = false;
-        if let Some(r) = self.resume.as_mut() {
-            r.events += 1;
-            match ev.id {
-                None => {
-                    if r.first_id.is_none() {
-                        r.events_before_first_id += 1;
-                    }
-                }
-                Some(id) => {
-                    if r.first_id.is_none()
-                        && r.priming_ack.is_none()
-                        && priming
-                        && id == r.last_event_id.as_bytes()
-                    {
-                        r.priming_ack = Some(ev.mark);
-                        skipped_ack = true;
-                    } else {
-                        if integer_id
-                            && r.last_is_integer
-                            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
-                        {
-                            r.resent_ids += 1;
-                        }
-                        if r.first_id.is_none() {
-                            let text = String::from_utf8_lossy(id).into_owned();
-                            r.first_id =
-                                Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
-                        }
-                    }
-                }
-            }
-        }
-        let resumed = self.resume.is_some();
-        let Some(s) = self.summary.as_deref_mut() else {
+        let skipped_ack = self.resume_event(ev, priming, integer_id, int_value);
+        // The summary is taken out while its facts are written, so that the other parts of
+        // the state can be borrowed beside it.
+        let Some(mut s) = self.summary.take() else {
             return;
         };
         let event = s.events;
         s.events += 1;
-        if let Some(v) = ev.retry
-            && s.retry.last().map(|r| r.0) != Some(v)
+        note_retry_and_type(&mut s, ev);
+        let id = ev.id.map(|id| IdEvent {
+            id,
+            priming,
+            integer_id,
+            int_value,
+            skipped_ack,
+        });
+        let event_id_hash = id.map(|id| self.id_event(&mut s, ev, &id, event));
+        if ev.data_len > 0 {
+            self.data_event(&mut s, ev, integer_id, event, event_id_hash);
+        }
+        self.summary = Some(s);
+    }
+
+    /// What the event tells about the resume: events before the first id, the priming
+    /// acknowledgment, the first id, ids at or below `Last-Event-ID`. Returns true when the
+    /// event was the skipped acknowledgment.
+    fn resume_event(
+        &mut self,
+        ev: &SseEvent<'_>,
+        priming: bool,
+        integer_id: bool,
+        int_value: Option<u64>,
+    ) -> bool {
+        let Some(r) = self.resume.as_mut() else {
+            return false;
+        };
+        r.events += 1;
+        let Some(id) = ev.id else {
+            if r.first_id.is_none() {
+                r.events_before_first_id += 1;
+            }
+            return false;
+        };
+        if r.first_id.is_none()
+            && r.priming_ack.is_none()
+            && priming
+            && id == r.last_event_id.as_bytes()
         {
-            if s.retry.len() < MAX_RETRY {
-                s.retry.push((v, ev.mark));
+            r.priming_ack = Some(ev.mark);
+            return true;
+        }
+        if integer_id
+            && r.last_is_integer
+            && at_or_below(id, int_value, &r.last_event_id, r.last_value)
+        {
+            r.resent_ids += 1;
+        }
+        if r.first_id.is_none() {
+            let text = String::from_utf8_lossy(id).into_owned();
+            r.first_id = Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
+        }
+        false
+    }
+
+    /// The facts of an event's id: counters, shape tallies, namespace keys, duplicates, first,
+    /// last and highest ids, and the id fact itself. Returns the id's hash.
+    fn id_event(
+        &mut self,
+        s: &mut StreamSummary,
+        ev: &SseEvent<'_>,
+        e: &IdEvent<'_>,
+        event: u64,
+    ) -> u64 {
+        let IdEvent {
+            id,
+            priming,
+            integer_id,
+            int_value,
+            skipped_ack,
+        } = *e;
+        let hash = fact_hash(&[id]);
+        let id_index = s.ids;
+        s.ids += 1;
+        if priming {
+            s.priming += 1;
+        }
+        let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
+        let shaped = match text {
+            // Integers are compared as they are: they have no shape to learn.
+            Some(t) if !integer_id => self.shape.step(s, t),
+            _ => {
+                self.shape = ShapeState::default();
+                None
+            }
+        };
+        // Ids of one shape share their namespace key: it is computed once per shape, and
+        // an integer's key is empty.
+        let (key, key_len) = match shaped {
+            Some(k) => k,
+            None if integer_id => *EMPTY_KEY,
+            None => idshape::namespace_key_hash(id),
+        };
+        if self.last_key != Some(key) && !s.keys.contains(&key) {
+            if s.keys.len() < MAX_KEYS {
+                s.keys.push(key);
             } else {
                 s.facts_dropped += 1;
             }
         }
-        match ev.event_type {
-            b"endpoint" if s.endpoint_session.is_none() => {
-                s.endpoint_session = jsonrpc::session_from_url(ev.data);
-            }
-            b"resume" if s.resume_ack.is_none() => {
-                s.resume_ack = jsonrpc::resume_point(ev.data).map(|p| (p, ev.mark));
-            }
-            _ => {}
+        self.last_key = Some(key);
+        // Duplicates inside one resumed stream (a priming event delivers nothing, and the
+        // skipped acknowledgment is the client's own position).
+        if let Some(r) = self.resume.as_mut()
+            && !priming
+            && !r.seen.push(hash, id, int_value, ev.mark)
+        {
+            s.facts_dropped += 1;
         }
-        let mut event_id_hash = None;
-        if let Some(id) = ev.id {
-            let hash = fact_hash(&[id]);
-            event_id_hash = Some(hash);
-            let id_index = s.ids;
-            s.ids += 1;
-            if priming {
-                s.priming += 1;
-            }
-            let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
-            let shaped = match text {
-                // Integers are compared as they are: they have no shape to learn.
-                Some(t) if !integer_id => self.shape.step(s, t),
-                _ => {
-                    self.shape = ShapeState::default();
-                    None
-                }
-            };
-            // Ids of one shape share their namespace key: it is computed once per shape, and
-            // an integer's key is empty.
-            let (key, key_len) = match shaped {
-                Some(k) => k,
-                None if integer_id => *EMPTY_KEY,
-                None => idshape::namespace_key_hash(id),
-            };
-            if self.last_key != Some(key) && !s.keys.contains(&key) {
-                if s.keys.len() < MAX_KEYS {
-                    s.keys.push(key);
-                } else {
-                    s.facts_dropped += 1;
-                }
-            }
-            self.last_key = Some(key);
-            // Duplicates inside one resumed stream (a priming event delivers nothing, and the
-            // skipped acknowledgment is the client's own position).
-            if let Some(r) = self.resume.as_mut()
-                && !priming
-                && !r.seen.push(hash, id, int_value, ev.mark)
-            {
-                s.facts_dropped += 1;
-            }
-            if s.first_id.is_none() {
-                set_seen(&mut s.first_id, id, text, ev.mark, id_index);
-            }
-            if integer_id && let Some(text) = text {
-                self.max_int.see(text, int_value, id, ev.mark, id_index);
-            }
-            // The text of an integer written without leading zeros is its value: it is written
-            // out once, when the stream ends, rather than copied at every event.
-            match int_value {
-                Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
-                    self.last_int = Some((v, ev.mark, id_index));
-                }
-                _ => {
-                    self.last_int = None;
-                    set_seen(&mut s.last_id, id, text, ev.mark, id_index);
-                }
-            }
-            s.id_facts.push(IdFact {
-                hash,
-                mark: ev.mark,
-                event,
-                id_index,
-                priming,
-                key,
-                key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
-                text: (resumed && !skipped_ack && s.id_facts.head_has_room())
-                    .then(|| cut_text(id).into_boxed_str()),
-            });
+        if s.first_id.is_none() {
+            set_seen(&mut s.first_id, id, text, ev.mark, id_index);
         }
-        if ev.data_len == 0 {
-            return;
+        if integer_id && let Some(text) = text {
+            self.max_int.see(text, int_value, id, ev.mark, id_index);
         }
+        // The text of an integer written without leading zeros is its value: it is written
+        // out once, when the stream ends, rather than copied at every event.
+        match int_value {
+            Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
+                self.last_int = Some((v, ev.mark, id_index));
+            }
+            _ => {
+                self.last_int = None;
+                set_seen(&mut s.last_id, id, text, ev.mark, id_index);
+            }
+        }
+        let resumed = self.resume.is_some();
+        s.id_facts.push(IdFact {
+            hash,
+            mark: ev.mark,
+            event,
+            id_index,
+            priming,
+            integer: integer_id,
+            key,
+            key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
+            text: (resumed && !skipped_ack && s.id_facts.head_has_room())
+                .then(|| cut_text(id).into_boxed_str()),
+        });
+        hash
+    }
+
+    /// An event with data: read for JSON-RPC facts now when it is among the first, else
+    /// held back in case it is among the last.
+    fn data_event(
+        &mut self,
+        s: &mut StreamSummary,
+        ev: &SseEvent<'_>,
+        integer_id: bool,
+        event: u64,
+        event_id: Option<u64>,
+    ) {
         let data = EventData {
             data: ev.data,
             event_type: ev.event_type,
@@ -1158,7 +1260,7 @@ impl StreamFacts {
             integer_id,
             mark: ev.mark,
             event,
-            event_id: event_id_hash,
+            event_id,
         };
         if event < CLASSIFY_HEAD {
             read_data(s, &data);
@@ -1220,6 +1322,40 @@ impl StreamFacts {
         if let Some(s) = self.summary.as_deref_mut() {
             s.gaps += 1;
         }
+    }
+}
+
+/// An event's id, with what the caller already knows of it.
+#[derive(Clone, Copy)]
+struct IdEvent<'a> {
+    id: &'a [u8],
+    /// The event has no data.
+    priming: bool,
+    integer_id: bool,
+    int_value: Option<u64>,
+    /// It was the priming acknowledgment skipped at the head of a resumed stream.
+    skipped_ack: bool,
+}
+
+/// `retry:` values as they change, and what `endpoint` and `resume` events name.
+fn note_retry_and_type(s: &mut StreamSummary, ev: &SseEvent<'_>) {
+    if let Some(v) = ev.retry
+        && s.retry.last().map(|r| r.0) != Some(v)
+    {
+        if s.retry.len() < MAX_RETRY {
+            s.retry.push((v, ev.mark));
+        } else {
+            s.facts_dropped += 1;
+        }
+    }
+    match ev.event_type {
+        b"endpoint" if s.endpoint_session.is_none() => {
+            s.endpoint_session = jsonrpc::session_from_url(ev.data);
+        }
+        b"resume" if s.resume_ack.is_none() => {
+            s.resume_ack = jsonrpc::resume_point(ev.data).map(|p| (p, ev.mark));
+        }
+        _ => {}
     }
 }
 
@@ -1561,6 +1697,7 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usiz
                 suffix: obs.suffix.to_string(),
                 support: 0,
                 breaks: 0,
+                skips: 0,
             });
             s.shapes.len() - 1
         }
@@ -1572,6 +1709,8 @@ fn tally_shape(s: &mut StreamSummary, obs: &idshape::PairObs<'_>) -> Option<usiz
     let t = s.shapes.get_mut(at)?;
     if obs.counts {
         t.support = t.support.saturating_add(1);
+    } else if obs.skips {
+        t.skips = t.skips.saturating_add(1);
     } else {
         t.breaks = t.breaks.saturating_add(1);
     }
@@ -1696,6 +1835,12 @@ impl HttpSink for ExchangeTracker {
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
         if what == Anomaly::HeaderTooLarge {
             self.head_too_large = Some(mark);
+        }
+        if matches!(what, Anomaly::Resynchronized | Anomaly::UnpairedResponse) {
+            self.resynced = Some(mark);
+        }
+        if what == Anomaly::UnpairedResponse {
+            self.unattributed_loss = true;
         }
         if self.anomalies.len() < MAX_ANOMALIES_KEPT {
             self.anomalies.push((what, mark));
@@ -2036,7 +2181,7 @@ mod tests {
             Mark::new(3, 0),
         );
         t.body_gap(0, 10, Mark::new(4, 0));
-        // After the hole: a blank line resynchronizes, then a jump that is no contradiction.
+        // After the hole: a blank line resynchronizes; Ab_3 to Ab_9 across it is no pair.
         t.body(
             0,
             b"\n\nid: Ab_9\ndata: x\n\nid: Ab_11\ndata: x\n\n",
@@ -2047,7 +2192,8 @@ mod tests {
         assert_eq!(s.shapes.len(), 1);
         let tally = &s.shapes[0];
         assert_eq!((tally.prefix.as_str(), tally.suffix.as_str()), ("Ab_", ""));
-        assert_eq!((tally.support, tally.breaks), (2, 1));
+        // Ab_9 to Ab_11 skips one: no contradiction, but no support either.
+        assert_eq!((tally.support, tally.breaks, tally.skips), (2, 0, 1));
         assert_eq!(s.gaps, 1);
     }
 

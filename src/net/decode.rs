@@ -16,7 +16,9 @@ use crate::net::tcp::TcpFlags;
 /// One end of a TCP connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
+    /// The IP address.
     pub ip: IpAddr,
+    /// The TCP port.
     pub port: u16,
 }
 
@@ -32,11 +34,17 @@ impl std::fmt::Display for Endpoint {
 /// A decoded TCP segment, borrowing the payload from the packet.
 #[derive(Clone, Copy, Debug)]
 pub struct TcpPacket<'a> {
+    /// The sender.
     pub src: Endpoint,
+    /// The receiver.
     pub dst: Endpoint,
+    /// Sequence number of the first payload byte (of the SYN itself on a SYN).
     pub seq: u32,
+    /// Acknowledgment number (meaningful when `flags.ack`).
     pub ack: u32,
+    /// The control bits.
     pub flags: TcpFlags,
+    /// The payload as captured (shorter than sent when the snap length cut the frame).
     pub payload: &'a [u8],
 }
 
@@ -60,6 +68,7 @@ const ETHERTYPE_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
 const MAX_VLAN_TAGS: usize = 4;
 
 /// Link types read (LINKTYPE_* values).
+#[allow(missing_docs)] // the names are the registry's own: LINKTYPE_<name>
 pub mod linktype {
     pub const NULL: u32 = 0;
     pub const ETHERNET: u32 = 1;

@@ -19,9 +19,19 @@
 //!
 //! A hole is declared a gap, in its place, when the capture cannot fill it any more:
 //! - the other direction acknowledged bytes past the start of the hole (the receiver got what
-//!   the capture missed) and captured bytes follow the hole, or the FIN closes it;
+//!   the capture missed) and captured bytes follow the hole, or the FIN closes it, and
+//!   [`REORDER_PATIENCE`] more segments of the connection went by without filling it: a
+//!   capture host with several queues records a segment after the acknowledgment of the bytes
+//!   that followed it, so an acknowledged hole is not yet a lost one;
 //! - the out-of-order buffer would exceed its limit (counted in [`TcpStats::overflows`]);
 //! - a RST arrives, or the caller calls [`TcpConnection::finish`].
+//!
+//! Across directions, the capture order is kept unless a segment acknowledges bytes of the
+//! other direction that were not delivered yet (the answer captured before its request, as
+//! the same hosts record it): its bytes are then held back until the other direction has
+//! delivered what it acknowledges (or reported it as a gap), for at most [`REORDER_PATIENCE`]
+//! segments and within the out-of-order budget, so each direction's bytes reach the sink
+//! after the bytes of the other direction they answer. Only one direction holds at a time.
 //!
 //! A hole before a FIN is left open until one of these happens, because a real loss on the wire
 //! is retransmitted after the FIN and the capture then holds the bytes. When the FIN itself was
@@ -35,19 +45,28 @@ use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 /// Control bits of a TCP header that reassembly looks at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpFlags {
+    /// SYN: opens a direction.
     pub syn: bool,
+    /// ACK: the acknowledgment number is valid.
     pub ack: bool,
+    /// FIN: the sender closed its direction.
     pub fin: bool,
+    /// RST: the connection was reset.
     pub rst: bool,
 }
 
 /// One captured TCP segment of a connection.
 #[derive(Clone, Copy, Debug)]
 pub struct TcpSegment<'a> {
+    /// Sequence number of the first payload byte.
     pub seq: u32,
+    /// Acknowledgment number.
     pub ack: u32,
+    /// The control bits.
     pub flags: TcpFlags,
+    /// The payload as captured.
     pub payload: &'a [u8],
+    /// The frame that carried the segment.
     pub mark: Mark,
 }
 
@@ -83,6 +102,31 @@ impl TcpStats {
 /// What one buffered piece costs against `Limits::max_out_of_order_bytes` besides its bytes:
 /// roughly its map entry and vector header, so a flood of one-byte segments stays bounded.
 pub const PIECE_COST_BYTES: usize = 64;
+
+/// Segments of a connection that may go by before an acknowledged hole is given up as a gap,
+/// or before a segment held for the other direction's bytes is let through: reordering by a
+/// capture host spans a few packets, real loss is never filled.
+pub const REORDER_PATIENCE: u64 = 8;
+
+/// A segment held back because it acknowledges bytes of the other direction not delivered
+/// yet.
+#[derive(Debug)]
+struct HeldSegment {
+    seq: u32,
+    flags: TcpFlags,
+    payload: Vec<u8>,
+    mark: Mark,
+    /// The other direction's position its acknowledgment reaches.
+    needs: u64,
+    /// The connection's segment count when it was held.
+    since: u64,
+}
+
+impl HeldSegment {
+    fn cost(&self) -> usize {
+        self.payload.len().saturating_add(PIECE_COST_BYTES)
+    }
+}
 
 /// Bytes captured ahead of a hole, kept until the hole closes or becomes a gap.
 #[derive(Debug)]
@@ -124,6 +168,11 @@ struct HalfStream {
     pending: BTreeMap<u64, OutOfOrderPiece>,
     pending_cost: usize,
     stats: TcpStats,
+    /// An acknowledged hole waiting to be given up: (`next` when it was seen, the
+    /// connection's segment count then, the segment that revealed it).
+    hole_seen: Option<(u64, u64, Mark)>,
+    /// The connection's segment count, as of the segment being handled.
+    now: u64,
 }
 
 impl HalfStream {
@@ -142,6 +191,8 @@ impl HalfStream {
             pending: BTreeMap::new(),
             pending_cost: 0,
             stats: TcpStats::default(),
+            hole_seen: None,
+            now: 0,
         }
     }
 
@@ -412,7 +463,44 @@ impl HalfStream {
             if hole_end <= self.next {
                 return;
             }
-            self.gap_to(hole_end, mark, sink);
+            // The gap is reported where the capture revealed it, which is what proves it.
+            let revealed = match self.hole_seen {
+                Some((at, since, revealed)) if at == self.next => {
+                    if self.now.saturating_sub(since) < REORDER_PATIENCE {
+                        return;
+                    }
+                    revealed
+                }
+                _ => {
+                    self.hole_seen = Some((self.next, self.now, mark));
+                    return;
+                }
+            };
+            self.hole_seen = None;
+            self.gap_to(hole_end, revealed, sink);
+        }
+    }
+
+    /// Delivers what is buffered before position `to`, giving up the holes between as gaps;
+    /// a hole at the tail is left open (its bytes may still be captured).
+    fn settle_to<S: StreamSink>(&mut self, to: u64, mark: Mark, sink: &mut S) {
+        while self.started && !self.ended && self.next < to {
+            let Some((&piece_start, _)) = self.pending.first_key_value() else {
+                return;
+            };
+            if piece_start >= to {
+                return;
+            }
+            let before = self.next;
+            // Reported where the capture revealed it, when it did.
+            let at = match self.hole_seen.take() {
+                Some((at, _, revealed)) if at == self.next => revealed,
+                _ => mark,
+            };
+            self.gap_to(piece_start, at, sink);
+            if self.next == before {
+                return;
+            }
         }
     }
 
@@ -456,8 +544,14 @@ impl HalfStream {
             return;
         }
         if self.started {
+            // A hole the capture revealed earlier is reported where it was revealed.
+            let mut first = match self.hole_seen.take() {
+                Some((at, _, revealed)) if at == self.next => revealed,
+                _ => mark,
+            };
             while let Some((&piece_start, _)) = self.pending.first_key_value() {
-                self.gap_to(piece_start, mark, sink);
+                self.gap_to(piece_start, first, sink);
+                first = mark;
             }
             let tail = self.fin_at.unwrap_or(self.acked_to);
             self.gap_to(tail, mark, sink);
@@ -484,9 +578,18 @@ pub struct TcpConnection {
     halves: [HalfStream; 2],
     any_seen: bool,
     first_was_syn: bool,
+    /// Segments seen.
+    segments: u64,
+    /// Segments held back per direction (only one direction holds at a time), and their cost
+    /// against `Limits::max_out_of_order_bytes`.
+    held: [std::collections::VecDeque<HeldSegment>; 2],
+    held_cost: usize,
+    max_held_cost: usize,
 }
 
 impl TcpConnection {
+    /// A connection with nothing seen yet; out-of-order bytes are buffered up to
+    /// `limits.max_out_of_order_bytes` per direction.
     pub fn new(limits: &Limits) -> Self {
         let max = limits.max_out_of_order_bytes;
         TcpConnection {
@@ -496,6 +599,10 @@ impl TcpConnection {
             ],
             any_seen: false,
             first_was_syn: false,
+            segments: 0,
+            held: Default::default(),
+            held_cost: 0,
+            max_held_cost: max,
         }
     }
 
@@ -506,6 +613,12 @@ impl TcpConnection {
             self.any_seen = true;
             self.first_was_syn = seg.flags.syn;
         }
+        self.segments += 1;
+        for half in &mut self.halves {
+            half.now = self.segments;
+        }
+        let d = dir.index();
+        let o = dir.other().index();
         let [forward, reverse] = &mut self.halves;
         let (this, other) = match dir {
             Direction::Forward => (forward, reverse),
@@ -520,17 +633,118 @@ impl TcpConnection {
         }
         if seg.flags.rst {
             // The receiver discards everything on RST; the payload of a RST is not stream data.
+            self.release(usize::MAX, seg.mark, sink);
+            let [forward, reverse] = &mut self.halves;
+            let (this, other) = match dir {
+                Direction::Forward => (forward, reverse),
+                Direction::Reverse => (reverse, forward),
+            };
             this.flush_and_end(StreamEnd::Rst, seg.mark, sink);
             other.flush_and_end(StreamEnd::Rst, seg.mark, sink);
             return;
         }
-        this.on_segment(seg, sink);
+        let carries = !seg.payload.is_empty() || seg.flags.fin;
+        let needs = (seg.flags.ack && other.started && !other.ended && !this.ended)
+            .then(|| other.position(seg.ack))
+            .and_then(|p| u64::try_from(p).ok())
+            .unwrap_or(0);
+        if needs > other.next && !self.held[o].is_empty() {
+            // This segment acknowledges what the other direction holds: those bytes were
+            // received, so they go first (after what the capture holds of the bytes they
+            // answer), even if what they waited for is still missing.
+            self.release_direction(o, usize::MAX, seg.mark, sink);
+        }
+        let other = &self.halves[o];
+        let cost = seg.payload.len().saturating_add(PIECE_COST_BYTES);
+        let hold = carries
+            && !seg.flags.syn
+            && self.held[o].is_empty()
+            && (!self.held[d].is_empty() || needs > other.next)
+            && self.held_cost.saturating_add(cost) <= self.max_held_cost;
+        if hold {
+            self.held_cost += cost;
+            self.held[d].push_back(HeldSegment {
+                seq: seg.seq,
+                flags: seg.flags,
+                payload: seg.payload.to_vec(),
+                mark: seg.mark,
+                needs,
+                since: self.segments,
+            });
+        } else {
+            if carries && !self.held[d].is_empty() {
+                // No byte overtakes what its direction holds.
+                self.release_direction(d, usize::MAX, seg.mark, sink);
+            }
+            let this = &mut self.halves[d];
+            this.on_segment(seg, sink);
+        }
+        self.release(0, seg.mark, sink);
+        for half in &mut self.halves {
+            if half.started && !half.ended {
+                half.reveal_acked_holes(seg.mark, sink);
+                half.end_if_complete(sink);
+            }
+        }
+    }
+
+    /// Lets held segments through: those whose acknowledged bytes the other direction has
+    /// delivered, those held for [`REORDER_PATIENCE`] segments, and the first `force` of each
+    /// direction regardless.
+    fn release<S: StreamSink>(&mut self, force: usize, mark: Mark, sink: &mut S) {
+        for d in 0..2 {
+            self.release_direction(d, force, mark, sink);
+        }
+    }
+
+    fn release_direction<S: StreamSink>(
+        &mut self,
+        d: usize,
+        force: usize,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        let mut forced = 0;
+        loop {
+            let other = &self.halves[1 - d];
+            let Some(front) = self.held[d].front() else {
+                return;
+            };
+            let due = other.ended
+                || other.next >= front.needs
+                || self.segments.saturating_sub(front.since) >= REORDER_PATIENCE;
+            if !due {
+                if forced >= force {
+                    return;
+                }
+                forced += 1;
+            }
+            let Some(h) = self.held[d].pop_front() else {
+                return;
+            };
+            self.held_cost = self.held_cost.saturating_sub(h.cost());
+            // What it acknowledges of the other direction and the capture holds goes first;
+            // holes before it are given up.
+            self.halves[1 - d].settle_to(h.needs, mark, sink);
+            let seg = TcpSegment {
+                seq: h.seq,
+                ack: 0,
+                flags: TcpFlags {
+                    ack: false,
+                    ..h.flags
+                },
+                payload: &h.payload,
+                mark: h.mark,
+            };
+            self.halves[d].on_segment(&seg, sink);
+        }
     }
 
     /// The capture ended or the connection is dropped: flush what is buffered (holes become
     /// gaps) and end every direction not ended yet with `how` (with `Fin` when the FIN of that
     /// direction was captured, since every byte before it is then accounted for).
     pub fn finish<S: StreamSink>(&mut self, how: StreamEnd, mark: Mark, sink: &mut S) {
+        self.release(usize::MAX, mark, sink);
         for half in &mut self.halves {
             half.flush_and_end(how, mark, sink);
         }
@@ -565,6 +779,7 @@ impl TcpConnection {
         }
     }
 
+    /// Counters of both directions together.
     pub fn stats(&self) -> TcpStats {
         let mut total = TcpStats::default();
         for half in &self.halves {
@@ -593,6 +808,8 @@ mod tests {
         events: [Vec<Event>; 2],
         gap_marks: [Vec<Mark>; 2],
         end_marks: [Option<Mark>; 2],
+        /// The directions of the data calls, in the order they came.
+        data_order: Vec<Direction>,
     }
 
     impl Recorder {
@@ -612,6 +829,9 @@ mod tests {
     impl StreamSink for Recorder {
         fn data(&mut self, dir: Direction, bytes: &[u8], _mark: Mark) {
             assert!(!bytes.is_empty(), "empty data call");
+            if self.data_order.last() != Some(&dir) {
+                self.data_order.push(dir);
+            }
             let events = self.open(dir);
             match events.last_mut() {
                 Some(Event::Data(run)) => run.extend_from_slice(bytes),
@@ -672,6 +892,15 @@ mod tests {
                 mark,
             };
             self.conn.segment(dir, &seg, &mut self.rec);
+            mark
+        }
+        /// Segments that carry nothing, until what waits for reordering is given up; the
+        /// mark of the last one.
+        fn wait(&mut self) -> Mark {
+            let mut mark = Mark::default();
+            for _ in 0..REORDER_PATIENCE {
+                mark = self.send(Forward, 0, 0, "", b"");
+            }
             mark
         }
         fn finish(&mut self, how: StreamEnd) -> Mark {
@@ -834,6 +1063,7 @@ mod tests {
             w.send(Forward, seq, 5001, "A", b"x");
             // The receiver acknowledges past the hole: the capture missed those bytes.
             w.send(Reverse, 5001, seq.wrapping_add(1), "A", b"");
+            w.wait();
         }
         assert_eq!(w.conn.position(Forward), 10 * (step + 1));
         let stats = w.conn.stats();
@@ -855,17 +1085,23 @@ mod tests {
         w.send(Reverse, 5001, 1031, "", b"");
         assert_eq!(w.rec.of(Forward).len(), 1);
         let ack = w.send(Reverse, 5001, 1031, "A", b"");
+        // The hole may be reordering by the capture host: it waits a few segments.
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..10])]);
+        w.wait();
         assert_eq!(
             w.rec.of(Forward),
             [data(&TEXT[..10]), Event::Gap(10), data(&TEXT[20..30])]
         );
+        // Reported where the acknowledgment revealed it.
         assert_eq!(w.rec.gap_marks[0], [ack]);
         // A tail hole that was acknowledged waits for what follows it.
         w.send(Reverse, 5001, 1041, "A", b"");
+        w.wait();
         assert_eq!(w.rec.of(Forward).len(), 3);
         // A stale ACK changes nothing.
         w.send(Reverse, 5001, 1011, "A", b"");
         let next = w.send(Forward, 1041, 5001, "A", &TEXT[40..45]);
+        w.wait();
         assert_eq!(
             w.rec.of(Forward),
             [
@@ -976,6 +1212,7 @@ mod tests {
         assert_eq!(w.conn.halves[0].pending_cost, 10 + PIECE_COST_BYTES);
         assert_eq!(w.rec.of(Forward), [data(&TEXT[..10])]);
         let ack = w.send(Reverse, 5001, 1032, "A", b"");
+        w.wait();
         assert_eq!(
             w.rec.of(Forward),
             [
@@ -995,6 +1232,7 @@ mod tests {
         w.send(Forward, 1001, 5001, "A", &TEXT[..10]);
         w.send(Forward, 1031, 5001, "FA", b"");
         w.send(Reverse, 5001, 1032, "A", b"");
+        w.wait();
         assert_eq!(
             w.rec.of(Forward),
             [
@@ -1104,6 +1342,74 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_captured_after_the_ack_of_later_bytes_is_no_loss() {
+        // A multi-queue capture host: the response head [0, 10) is recorded after the body
+        // [10, 20) and after the client's acknowledgment of both.
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Reverse, 5001, 1001, "A", b"GET");
+        w.send(Forward, 1011, 5004, "A", &TEXT[10..20]);
+        w.send(Reverse, 5004, 1021, "A", b"");
+        w.send(Forward, 1001, 5004, "A", &TEXT[..10]);
+        w.wait();
+        assert_eq!(w.rec.of(Forward), [data(&TEXT[..20])]);
+        assert_eq!(w.conn.stats().gaps, 0);
+    }
+
+    #[test]
+    fn an_answer_captured_before_its_request_follows_it() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        // The answer acknowledges the request, which the capture holds only afterwards.
+        w.send(Forward, 1001, 5004, "A", b"answer");
+        assert_eq!(w.rec.of(Forward), []);
+        w.send(Reverse, 5001, 1001, "A", b"ask");
+        assert_eq!(w.rec.of(Reverse), [data(b"ask")]);
+        assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        assert_eq!(w.rec.data_order, [Reverse, Forward]);
+        // Later bytes of the answer do not overtake what is held, nor wait once it is out.
+        w.send(Forward, 1007, 5004, "A", b"more");
+        assert_eq!(w.rec.of(Forward), [data(b"answermore")]);
+        assert_eq!(w.conn.stats().gaps, 0);
+    }
+
+    #[test]
+    fn a_request_waiting_for_lost_bytes_goes_before_the_answer_to_it() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Reverse, 5001, 1001, "A", b"one");
+        w.send(Forward, 1001, 5004, "A", b"first"); // then [5, 10) of the answer is lost
+        // The second request acknowledges the lost bytes: it waits for them.
+        w.send(Reverse, 5004, 1011, "A", b"two");
+        assert_eq!(w.rec.of(Reverse), [data(b"one")]);
+        // The next answer acknowledges the second request: the request was received, so it
+        // goes first, and the answer after it.
+        w.send(Forward, 1011, 5007, "A", b"second");
+        assert_eq!(w.rec.of(Reverse), [data(b"onetwo")]);
+        w.wait();
+        assert_eq!(
+            w.rec.of(Forward),
+            [data(b"first"), Event::Gap(5), data(b"second")]
+        );
+        assert_eq!(w.rec.data_order, [Reverse, Forward, Reverse, Forward]);
+    }
+
+    #[test]
+    fn an_answer_to_bytes_never_captured_is_let_through() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Forward, 1001, 5004, "A", b"answer");
+        let last = w.wait();
+        assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [Event::Gap(3), Event::End(StreamEnd::CaptureEnd)]
+        );
+        assert!(last.frame > 0);
+    }
+
+    #[test]
     fn syn_ack_fixes_the_start_of_a_peer_whose_syn_was_missed() {
         let mut w = Wire::new(1 << 20);
         // Forward is the server: its SYN-ACK is the first packet captured.
@@ -1111,7 +1417,10 @@ mod tests {
         // The client's first data segment [0, 10) was missed; [10, 20) must not become the start.
         w.send(Reverse, 1011, 5001, "A", &TEXT[10..20]);
         assert_eq!(w.rec.of(Reverse), []);
+        // The answer acknowledges bytes not captured yet: it waits for them.
         w.send(Forward, 5001, 1021, "A", b"ok");
+        assert_eq!(w.rec.of(Forward), []);
+        w.wait();
         assert_eq!(w.rec.of(Reverse), [Event::Gap(10), data(&TEXT[10..20])]);
         assert_eq!(w.rec.of(Forward), [data(b"ok")]);
         assert!(w.conn.syn_seen());

@@ -9,6 +9,7 @@
 //! docs/findings.md).
 //! Invariants: no I/O here beyond the writer handed in; the same records give the same bytes.
 
+pub mod files;
 pub mod html;
 pub mod spool;
 
@@ -74,13 +75,20 @@ struct ResumeLine<'a> {
     request_target: &'a str,
     request_time: String,
     request_frame: Option<u64>,
+    /// Capture sets only: the file of `request_frame` (and so on for each `*_frame`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     har_entry: Option<u64>,
     protocol_version: Option<&'a str>,
     response_status: Option<u16>,
     response_content_type: Option<&'a str>,
     response_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_file: Option<String>,
     first_event_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_event_file: Option<String>,
     first_event_time: Option<String>,
     events_before_first_id: u64,
     stream_events: u64,
@@ -100,6 +108,8 @@ struct ResumeLine<'a> {
     cursor: Option<&'a Cursor>,
     #[serde(skip_serializing_if = "Option::is_none")]
     priming_ack_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priming_ack_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resume_ack: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -144,6 +154,32 @@ fn display_filter(tcp_stream: u64, from: Mark, to: Mark) -> String {
     format!("tcp.stream eq {tcp_stream} && frame.number >= {a} && frame.number <= {b}")
 }
 
+/// The display filter for a connection of a capture set, where each file numbers its own
+/// `tcp.stream`s: the connection's addresses and ports, and the frames when both are in one
+/// file.
+fn set_display_filter(c: &crate::exchange::ConnectionRef, from: Mark, to: Mark) -> Option<String> {
+    let (client, server) = (c.client?, c.server?);
+    let ip = if client.ip.is_ipv6() { "ipv6" } else { "ip" };
+    let mut f = if client.ip == server.ip {
+        format!("{ip}.addr eq {}", client.ip)
+    } else {
+        format!("{ip}.addr eq {} && {ip}.addr eq {}", client.ip, server.ip)
+    };
+    f.push_str(&format!(
+        " && tcp.port eq {} && tcp.port eq {}",
+        client.port, server.port
+    ));
+    let ((fa, a), (fb, b)) = (files::locate(from.frame), files::locate(to.frame));
+    if fa == fb {
+        f.push_str(&format!(
+            " && frame.number >= {} && frame.number <= {}",
+            a.min(b),
+            a.max(b)
+        ));
+    }
+    Some(f)
+}
+
 /// Writes one resume record as a JSON line.
 pub fn write_resume<W: Write + ?Sized>(
     out: &mut W,
@@ -152,7 +188,8 @@ pub fn write_resume<W: Write + ?Sized>(
 ) -> std::io::Result<()> {
     // HAR records cite entries, not frames: their marks carry the entry index.
     let har = r.connection.har_entry.is_some();
-    let frame = |m: Mark| (!har).then_some(m.frame);
+    let frame = |m: Mark| (!har).then(|| files::locate(m.frame).1);
+    let file = |m: Mark| if har { None } else { files::locate(m.frame).0 };
     let line = ResumeLine {
         kind: "resume",
         input,
@@ -168,12 +205,15 @@ pub fn write_resume<W: Write + ?Sized>(
         request_target: &r.target,
         request_time: rfc3339_micros(r.request.time_ns),
         request_frame: frame(r.request),
+        request_file: file(r.request),
         har_entry: r.connection.har_entry,
         protocol_version: r.protocol_version.as_deref(),
         response_status: r.status,
         response_content_type: r.content_type.as_deref(),
         response_frame: r.response.and_then(frame),
+        response_file: r.response.and_then(file),
         first_event_frame: r.first_event.and_then(frame),
+        first_event_file: r.first_event.and_then(file),
         first_event_time: r
             .first_event
             .filter(|_| !har)
@@ -192,19 +232,24 @@ pub fn write_resume<W: Write + ?Sized>(
             alpn: t.alpn.as_deref(),
             keys: t.keys.as_deref(),
         }),
-        display_filter: r.connection.tcp_stream.map(|s| {
-            let f = display_filter(s, r.request, r.last_proof);
+        display_filter: r.connection.tcp_stream.and_then(|s| {
+            let f = if files::in_set(r.request.frame) {
+                set_display_filter(&r.connection, r.request, r.last_proof)?
+            } else {
+                display_filter(s, r.request, r.last_proof)
+            };
             // Wireshark dissects HTTP/2 by itself only under TLS (by ALPN); cleartext h2c
             // needs "Decode As", without which an http2 field would hide every frame.
-            match (r.h2_stream, &r.connection.tls) {
+            Some(match (r.h2_stream, &r.connection.tls) {
                 (Some(h), Some(_)) => format!("{f} && http2.streamid eq {h}"),
                 _ => f,
-            }
+            })
         }),
         id_shape: r.forensic.id_shape.as_deref(),
         evidence: r.forensic.evidence.as_ref(),
         cursor: r.forensic.cursor.as_ref(),
         priming_ack_frame: r.priming_ack.and_then(frame),
+        priming_ack_file: r.priming_ack.and_then(file),
         resume_ack: r.resume_ack.as_ref().map(|a| a.0.as_str()),
         retry_ms: r.retry.iter().map(|r| r.0).collect(),
         findings: &r.forensic.findings,
@@ -231,7 +276,11 @@ impl Serialize for Cite {
         if self.har {
             m.serialize_entry("har_entry", &self.mark.frame)?;
         } else {
-            m.serialize_entry("frame", &self.mark.frame)?;
+            let (file, frame) = files::locate(self.mark.frame);
+            m.serialize_entry("frame", &frame)?;
+            if let Some(file) = file {
+                m.serialize_entry("file", &file)?;
+            }
             m.serialize_entry("time", &rfc3339_micros(self.mark.time_ns))?;
         }
         if let Some(s) = self.tcp_stream {
@@ -249,7 +298,7 @@ impl Serialize for Evidence {
         use serde::ser::SerializeMap;
         let mut m = ser.serialize_map(None)?;
         m.serialize_entry("how", &self.how)?;
-        m.serialize_entry("detail", &self.detail)?;
+        m.serialize_entry("detail", &files::detail_text(&self.detail))?;
         let opt = [
             ("id", &self.id),
             ("shape", &self.shape),
@@ -275,7 +324,7 @@ impl Serialize for Cursor {
         use serde::ser::SerializeMap;
         let mut m = ser.serialize_map(None)?;
         m.serialize_entry("status", &self.status)?;
-        m.serialize_entry("detail", &self.detail)?;
+        m.serialize_entry("detail", &files::detail_text(&self.detail))?;
         m.serialize_entry("last_delivered_id", &self.last_delivered_id)?;
         if let Some(b) = self.behind_by {
             m.serialize_entry("behind_by", &b)?;
@@ -292,7 +341,7 @@ impl Serialize for Finding {
         m.serialize_entry("kind", &self.kind)?;
         m.serialize_entry("severity", &self.severity)?;
         m.serialize_entry("session_id", &self.session_id)?;
-        m.serialize_entry("detail", &self.detail)?;
+        m.serialize_entry("detail", &files::detail_text(&self.detail))?;
         if let Some(id) = &self.id {
             m.serialize_entry("id", id)?;
         }
@@ -340,8 +389,12 @@ struct StreamLine<'a> {
     priming: u64,
     first_id: Option<&'a str>,
     first_id_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_id_file: Option<String>,
     last_id: Option<&'a str>,
     last_id_frame: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_id_file: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     retry_ms: Vec<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -401,7 +454,8 @@ fn exchange_line(x: &ExchangeSummary) -> ExchangeLine<'_> {
         session_id: None,
     };
     let har = x.connection.har_entry.is_some();
-    let frame = |m: Mark| (!har).then_some(m.frame);
+    let frame = |m: Mark| (!har).then(|| files::locate(m.frame).1);
+    let file = |m: Mark| if har { None } else { files::locate(m.frame).0 };
     ExchangeLine {
         method: x.method.as_deref(),
         target: x.target.as_deref(),
@@ -416,8 +470,10 @@ fn exchange_line(x: &ExchangeSummary) -> ExchangeLine<'_> {
             priming: s.priming,
             first_id: s.first_id.as_ref().map(|i| i.text.as_str()),
             first_id_frame: s.first_id.as_ref().and_then(|i| frame(i.mark)),
+            first_id_file: s.first_id.as_ref().and_then(|i| file(i.mark)),
             last_id: s.last_id.as_ref().map(|i| i.text.as_str()),
             last_id_frame: s.last_id.as_ref().and_then(|i| frame(i.mark)),
+            last_id_file: s.last_id.as_ref().and_then(|i| file(i.mark)),
             retry_ms: s.retry.iter().map(|r| r.0).collect(),
             resume_ack: s.resume_ack.as_ref().map(|a| a.0.as_str()),
             gaps: s.gaps,
@@ -465,7 +521,7 @@ fn cite_text(c: &Cite) -> String {
     let place = if c.har {
         format!("HAR entry {}", c.mark.frame)
     } else {
-        format!("frame {}", c.mark.frame)
+        files::frame_text(c.mark.frame)
     };
     match c.tcp_stream {
         Some(s) => format!("{place} (tcp.stream {s})"),
@@ -491,7 +547,7 @@ fn write_finding_text<W: Write + ?Sized>(
         "{indent}{} {}: {}",
         severity_tag(f.severity),
         f.kind.as_str(),
-        f.detail
+        files::detail_text(&f.detail)
     )?;
     if !f.cites.is_empty() {
         let at: Vec<String> = f
@@ -550,9 +606,6 @@ impl HumanNotes {
     }
 }
 
-/// Writes, for a person, what went wrong in one input: per session, each resume that is not
-/// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
-/// then findings tied to no resume. Sessions where all is well are only counted.
 /// How a verdict is shown on a terminal (the styles are dropped where colour is off): an
 /// accusation in red, what the capture cannot tell in yellow, a correct resume in green.
 fn verdict_style(v: Verdict) -> anstyle::Style {
@@ -566,6 +619,9 @@ fn verdict_style(v: Verdict) -> anstyle::Style {
     anstyle::Style::new().fg_color(Some(colour.into())).bold()
 }
 
+/// Writes, for a person, what went wrong in one input: per session, each resume that is not
+/// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
+/// then findings tied to no resume. Sessions where all is well are only counted.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
@@ -613,8 +669,8 @@ pub fn write_human_input<W: Write + ?Sized>(
                 format!("HAR entry {}", r.request.frame)
             } else {
                 format!(
-                    "frame {}{}",
-                    r.request.frame,
+                    "{}{}",
+                    files::frame_text(r.request.frame),
                     r.connection
                         .tcp_stream
                         .map(|s| format!(", tcp.stream {s}"))
@@ -653,24 +709,32 @@ pub fn write_human_input<W: Write + ?Sized>(
                 writeln!(out, "    ids compared by their counter, shape {shape}")?;
             }
             if let Some(e) = &r.forensic.evidence {
-                writeln!(out, "    proof: {}", e.detail)?;
+                writeln!(out, "    proof: {}", files::detail_text(&e.detail))?;
             }
             if let Some(c) = &r.forensic.cursor
                 && matches!(c.status, CursorStatus::Stale | CursorStatus::Ahead)
             {
-                writeln!(out, "    client cursor: {}", c.detail)?;
+                writeln!(out, "    client cursor: {}", files::detail_text(&c.detail))?;
             }
             for f in &r.forensic.findings {
                 if f.kind != FindingKind::CursorStale && f.kind != FindingKind::CursorAhead {
                     write_finding_text(out, "    ", f)?;
                 }
             }
-            if let Some(s) = r.connection.tcp_stream {
-                writeln!(
-                    out,
-                    "    open in Wireshark: {}",
-                    display_filter(s, r.request, r.last_proof)
-                )?;
+            let filter = match r.connection.tcp_stream {
+                Some(_) if files::in_set(r.request.frame) => {
+                    set_display_filter(&r.connection, r.request, r.last_proof).map(|f| {
+                        format!(
+                            "{f} (in {})",
+                            files::locate(r.request.frame).0.unwrap_or_default()
+                        )
+                    })
+                }
+                Some(s) => Some(display_filter(s, r.request, r.last_proof)),
+                None => None,
+            };
+            if let Some(f) = filter {
+                writeln!(out, "    open in Wireshark: {f}")?;
             }
         }
         for f in fs {
@@ -823,6 +887,9 @@ pub struct InputSummary {
     pub http_exchanges: u64,
     pub resumes: u64,
     pub coverage: CoverageStats,
+    /// A capture set's files in the order they were read; empty for one file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
 /// Connections and bytes of one kind.

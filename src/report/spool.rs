@@ -69,9 +69,12 @@ pub struct Spool {
     pub summary: Summary,
     /// A resume with a finding verdict, or an error finding.
     pub findings: bool,
+    /// What the plain-text account needs, when one is written.
     pub human: Option<HumanNotes>,
     /// The first error of the temporary file, if any; lines are then kept in memory.
     pub spill_error: Option<String>,
+    /// The files of a capture set, in reading order, which its records cite by name.
+    pub files: Option<std::sync::Arc<dyn report::files::FrameNames>>,
     line: Vec<u8>,
 }
 
@@ -80,6 +83,7 @@ const FINDINGS: u8 = 1;
 const VIEWS: u8 = 2;
 
 impl Spool {
+    /// An empty spool for `input`, collecting for the plain-text account when `human`.
     pub fn new(input: &str, human: bool) -> Self {
         Spool::with_memory(input, human, SPOOL_MEMORY)
     }
@@ -100,6 +104,7 @@ impl Spool {
             findings: false,
             human: human.then(HumanNotes::default),
             spill_error: None,
+            files: None,
             line: Vec::new(),
         }
     }
@@ -438,7 +443,10 @@ impl audit::Sink for Spool {
         self.line.clear();
         let mut line = std::mem::take(&mut self.line);
         // Writing to memory cannot fail.
-        let _ = report::write_resume(&mut line, &self.input, &r);
+        let input = &self.input;
+        let _ = report::files::with_files(self.files.as_ref(), || {
+            report::write_resume(&mut line, input, &r)
+        });
         self.line = line;
         let key = resume_key(&r);
         self.push(RESUMES, key, None);
@@ -451,7 +459,10 @@ impl audit::Sink for Spool {
         self.count_finding(&f);
         self.line.clear();
         let mut line = std::mem::take(&mut self.line);
-        let _ = report::write_finding(&mut line, &self.input, &f);
+        let input = &self.input;
+        let _ = report::files::with_files(self.files.as_ref(), || {
+            report::write_finding(&mut line, input, &f)
+        });
         self.line = line;
         let (frame, kind, sid) = audit::finding_order(&f);
         let words = [frame.map_or(0, |f| f.saturating_add(1)), kind as u64, 0, 0];
@@ -465,7 +476,10 @@ impl audit::Sink for Spool {
     fn view(&mut self, v: SessionView) {
         self.line.clear();
         let mut line = std::mem::take(&mut self.line);
-        let _ = report::write_session(&mut line, &self.input, &v);
+        let input = &self.input;
+        let _ = report::files::with_files(self.files.as_ref(), || {
+            report::write_session(&mut line, input, &v)
+        });
         self.line = line;
         self.push(VIEWS, [v.first.frame, 0, 0, 0], Some(&v.session_id));
     }

@@ -173,7 +173,7 @@
   function citeText(c) {
     if (!c) return null;
     if (typeof c.har_entry === 'number') return 'HAR entry ' + c.har_entry;
-    return 'frame ' + c.frame + (c.time ? ' at ' + c.time : '') + (typeof c.tcp_stream === 'number' ? ', tcp.stream ' + c.tcp_stream : '');
+    return 'frame ' + c.frame + (typeof c.file === 'string' ? ' of ' + c.file : '') + (c.time ? ' at ' + c.time : '') + (typeof c.tcp_stream === 'number' ? ', tcp.stream ' + c.tcp_stream : '');
   }
   function streamFilter(s, a, b) {
     if (typeof s !== 'number' || typeof a !== 'number') return null;

@@ -1,0 +1,265 @@
+//! Compressed inputs: gzip, zstd, lz4 and xz, recognized by their magic bytes (never by the
+//! file name) and decompressed as a stream.
+//!
+//! Input: the first bytes of an input, then the input as any `Read`.
+//! Output: a `Read` of the decompressed bytes, which the capture and HAR readers take as they
+//! would take the file itself.
+//! Invariants: memory is the decoder's state only, bounded whatever the stream says: a zstd
+//! window past [`MAX_ZSTD_WINDOW`] and an xz dictionary past [`XZ_MEMORY_LIMIT`] are refused
+//! as errors, gzip and lz4 need at most 32 KiB and 4 MiB blocks by their formats.
+//! Concatenated members (`cat a.gz b.gz`, `pigz`, `zstd` of several frames, `xz` streams) are
+//! read one after the other, as their own tools read them.
+
+use std::io::{BufRead, BufReader, Read};
+
+/// A compression format recognized by its magic bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    Gzip,
+    Zstd,
+    Lz4,
+    Xz,
+}
+
+impl Codec {
+    /// Recognizes a compressed stream by its first bytes.
+    pub fn sniff(prefix: &[u8]) -> Option<Codec> {
+        if prefix.starts_with(&[0x1f, 0x8b]) {
+            Some(Codec::Gzip)
+        } else if prefix.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some(Codec::Zstd)
+        } else if prefix.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
+            Some(Codec::Lz4)
+        } else if prefix.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+            Some(Codec::Xz)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Gzip => "gzip",
+            Codec::Zstd => "zstd",
+            Codec::Lz4 => "lz4",
+            Codec::Xz => "xz",
+        }
+    }
+
+    /// The decompressed bytes of `src`, a stream in this format.
+    pub fn decoder<'a, R: Read + 'a>(self, src: R) -> Box<dyn Read + 'a> {
+        match self {
+            Codec::Gzip => Box::new(flate2::read::MultiGzDecoder::new(src)),
+            Codec::Zstd => Box::new(Frames {
+                src: Some(BufReader::new(src)),
+                frame: None,
+                open: |src| {
+                    ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
+                        src,
+                        MAX_ZSTD_WINDOW,
+                    )
+                    .map_err(std::io::Error::other)
+                },
+                inner: |f: ruzstd::decoding::StreamingDecoder<_, _>| f.into_inner(),
+            }),
+            Codec::Lz4 => Box::new(Frames {
+                src: Some(BufReader::new(src)),
+                frame: None::<lz4_flex::frame::FrameDecoder<_>>,
+                open: |src| Ok(lz4_flex::frame::FrameDecoder::new(src)),
+                inner: |f: lz4_flex::frame::FrameDecoder<_>| f.into_inner(),
+            }),
+            Codec::Xz => match liblzma::stream::Stream::new_stream_decoder(
+                XZ_MEMORY_LIMIT,
+                liblzma::stream::CONCATENATED,
+            ) {
+                Ok(stream) => Box::new(liblzma::read::XzDecoder::new_stream(src, stream)),
+                Err(e) => Box::new(Failed(Some(std::io::Error::other(e)))),
+            },
+        }
+    }
+}
+
+/// The largest zstd window accepted: what `zstd` uses up to level 19 and for `--long` (27).
+pub const MAX_ZSTD_WINDOW: u64 = 128 << 20;
+/// The most memory the xz decoder may use: `xz -9` needs 65 MiB, and the dictionary a stream
+/// declares is allocated as declared, so the bound is kept near that.
+pub const XZ_MEMORY_LIMIT: u64 = 80 << 20;
+
+/// Frames one after the other (zstd, lz4): a frame ends, and the next begins if bytes remain.
+struct Frames<R: Read, F, O, I> {
+    /// The compressed input between frames.
+    src: Option<BufReader<R>>,
+    frame: Option<F>,
+    open: O,
+    inner: I,
+}
+
+impl<R, F, O, I> Read for Frames<R, F, O, I>
+where
+    R: Read,
+    F: Read,
+    O: Fn(BufReader<R>) -> std::io::Result<F>,
+    I: Fn(F) -> BufReader<R>,
+{
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(f) = self.frame.as_mut() {
+                let n = f.read(out)?;
+                if n > 0 || out.is_empty() {
+                    return Ok(n);
+                }
+                self.src = self.frame.take().map(&self.inner);
+            }
+            let Some(mut src) = self.src.take() else {
+                return Ok(0);
+            };
+            if src.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            self.frame = Some((self.open)(src)?);
+        }
+    }
+}
+
+/// A decoder that could not be made: its error, once.
+struct Failed(Option<std::io::Error>);
+
+impl Read for Failed {
+    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+        match self.0.take() {
+            Some(e) => Err(e),
+            None => Ok(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A reader that gives its bytes in pieces of the given sizes (cycled).
+    struct Trickle<'a> {
+        data: &'a [u8],
+        sizes: &'a [usize],
+        i: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let want = self.sizes[self.i % self.sizes.len()].max(1);
+            self.i += 1;
+            let n = want.min(out.len()).min(self.data.len());
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn sample() -> Vec<u8> {
+        (0..200_000u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761) >> (i % 13)).to_le_bytes())
+            .collect()
+    }
+
+    fn compress(codec: Codec, data: &[u8]) -> Vec<u8> {
+        match codec {
+            Codec::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            Codec::Zstd => {
+                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+            }
+            Codec::Lz4 => {
+                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            Codec::Xz => {
+                let mut e = liblzma::write::XzEncoder::new(Vec::new(), 1);
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+        }
+    }
+
+    fn decode_all(codec: Codec, r: impl Read) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        codec.decoder(r).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn every_codec_whole_byte_by_byte_and_in_random_pieces_and_concatenated() {
+        let data = sample();
+        for codec in [Codec::Gzip, Codec::Zstd, Codec::Lz4, Codec::Xz] {
+            let packed = compress(codec, &data);
+            assert_eq!(Codec::sniff(&packed), Some(codec), "{codec:?}");
+            assert!(decode_all(codec, &packed[..]).unwrap() == data, "{codec:?}");
+            for sizes in [&[1][..], &[7, 1, 300, 4096, 3][..]] {
+                let t = Trickle {
+                    data: &packed,
+                    sizes,
+                    i: 0,
+                };
+                assert!(decode_all(codec, t).unwrap() == data, "{codec:?} {sizes:?}");
+            }
+            // Two members back to back read as their concatenation.
+            let mut two = compress(codec, &data[..1000]);
+            two.extend_from_slice(&compress(codec, &data[1000..]));
+            assert!(
+                decode_all(codec, &two[..]).unwrap() == data,
+                "{codec:?} twice"
+            );
+        }
+    }
+
+    #[test]
+    fn damaged_and_truncated_streams_are_errors_never_panics() {
+        let data = sample();
+        for codec in [Codec::Gzip, Codec::Zstd, Codec::Lz4, Codec::Xz] {
+            let packed = compress(codec, &data);
+            // Cut short: an error or fewer bytes, never more and never a panic (an lz4 frame
+            // cut inside its end mark has given every byte already).
+            for cut in [packed.len() / 2, 8] {
+                let r = decode_all(codec, &packed[..cut]);
+                assert!(
+                    r.is_err() || r.unwrap().len() < data.len(),
+                    "{codec:?} {cut}"
+                );
+            }
+            let r = decode_all(codec, &packed[..packed.len() - 1]);
+            assert!(r.is_err() || r.unwrap().len() <= data.len(), "{codec:?}");
+            // Bytes flipped in the middle: an error or other bytes.
+            let mut bad = packed.clone();
+            let mid = bad.len() / 2;
+            for b in &mut bad[mid..mid + 16] {
+                *b ^= 0x5a;
+            }
+            assert!(
+                decode_all(codec, &bad[..]).is_err_and(|e| !e.to_string().is_empty())
+                    || decode_all(codec, &bad[..]).unwrap() != data
+            );
+        }
+    }
+
+    #[test]
+    fn a_zstd_window_past_the_limit_is_refused_before_it_is_allocated() {
+        // Frame header: magic, descriptor with a window descriptor, window 2^(10 + 31) bytes.
+        let frame = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xf8, 0, 0, 0, 0];
+        let e = decode_all(Codec::Zstd, &frame[..]).unwrap_err();
+        assert!(e.to_string().to_lowercase().contains("window"), "{e}");
+    }
+
+    #[test]
+    fn sniffing_knows_only_the_four_magics() {
+        assert_eq!(Codec::sniff(b"\x1f\x8b\x08"), Some(Codec::Gzip));
+        assert_eq!(Codec::sniff(b"\xfd7zXZ\0"), Some(Codec::Xz));
+        assert_eq!(Codec::sniff(b"\xfd7zXZ"), None);
+        assert_eq!(Codec::sniff(b"\xd4\xc3\xb2\xa1"), None);
+        assert_eq!(Codec::sniff(b"{"), None);
+        assert_eq!(Codec::sniff(b""), None);
+    }
+}
