@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use mcp_resume_audit::{
@@ -57,21 +57,22 @@ struct Cli {
     #[arg(short = 'j', long = "threads", value_name = "N")]
     threads: Option<usize>,
 
-    /// Connections tracked at once per capture; the least recently active is evicted beyond.
+    /// Connections tracked at once per capture; beyond it, the least recently active is evicted.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
     max_connections: usize,
 
-    /// Out-of-order bytes buffered per connection direction before the hole is a gap.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_out_of_order_bytes)]
-    max_out_of_order: usize,
+    /// Out-of-order bytes buffered per connection direction before the hole is a gap (a
+    /// number of bytes, or with a unit: 512KiB, 4MiB, 1GB).
+    #[arg(long, value_name = "SIZE", default_value_t = Size::of(Limits::default().max_out_of_order_bytes))]
+    max_out_of_order: Size,
 
-    /// Longest HTTP message head accepted.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_header_bytes)]
-    max_header_bytes: usize,
+    /// Longest HTTP message head accepted (bytes, or with a unit: 64KiB).
+    #[arg(long, value_name = "SIZE", default_value_t = Size::of(Limits::default().max_header_bytes))]
+    max_header_bytes: Size,
 
-    /// Longest SSE id/event/retry value kept.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_sse_field_bytes)]
-    max_sse_field: usize,
+    /// Longest SSE id/event/retry value kept (bytes, or with a unit: 4KiB).
+    #[arg(long, value_name = "SIZE", default_value_t = Size::of(Limits::default().max_sse_field_bytes))]
+    max_sse_field: Size,
 
     /// How event ids are built, when you know: a regular expression matching a whole id, with
     /// a named group `seq` (the counter) and optionally `stream`, e.g.
@@ -89,10 +90,11 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
 
-    /// Memory for the exchanges of sessions not yet audited, in MiB. Past it, the least
-    /// recently active sessions are audited early (counted in `sessions_retired_early`).
-    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_SESSION_MEMORY >> 20)]
-    session_memory: usize,
+    /// Memory for the exchanges of sessions not yet audited: a number of MiB, or a size with a
+    /// unit (512KiB, 1GiB). Past it, the least recently active sessions are audited early
+    /// (counted in `sessions_retired_early`).
+    #[arg(long, value_name = "SIZE", default_value_t = SessionMemory(Size::of(DEFAULT_SESSION_MEMORY)))]
+    session_memory: SessionMemory,
 
     /// TLS secrets in NSS key log format (SSLKEYLOGFILE), to decrypt HTTPS; repeatable. Keys
     /// embedded in a pcapng (Decryption Secrets Blocks) are read without it. The SSLKEYLOGFILE
@@ -115,6 +117,85 @@ struct Cli {
     /// account on standard error beside the JSON Lines.
     #[arg(short, long)]
     quiet: bool,
+
+    /// Print the completion script for SHELL to standard output and exit (the README says
+    /// where to put it).
+    #[arg(long, value_name = "SHELL", exclusive = true)]
+    completions: Option<clap_complete::Shell>,
+
+    /// Print the manual page (roff, section 1) to standard output and exit.
+    #[arg(long, exclusive = true)]
+    man: bool,
+}
+
+/// A size in bytes on the command line: a number of bytes, or one with a unit read by
+/// parse-size (`64KiB`, `4MiB` and `1GiB` are powers of 1024; `64KB`, `4MB` and `1GB` powers of
+/// 1000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Size(u64);
+
+impl Size {
+    fn of(bytes: usize) -> Size {
+        Size(bytes as u64)
+    }
+
+    /// As a `usize` (saturating: a limit past the address space is no limit).
+    fn bytes(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        parse_size::parse_size(s.trim())
+            .map(Size)
+            .map_err(|e| format!("{e} (give bytes, or a size with a unit: 64KiB, 4MiB, 1GB)"))
+    }
+}
+
+impl std::fmt::Display for Size {
+    /// In the largest binary unit that divides it, as the defaults are given: `4MiB`, `64KiB`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (unit, scale) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if self.0 >= scale && self.0.is_multiple_of(scale) {
+                return write!(f, "{}{unit}", self.0 / scale);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+/// `--session-memory`: a bare number is MiB (as it always was), anything else a [`Size`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SessionMemory(Size);
+
+impl std::str::FromStr for SessionMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SessionMemory, String> {
+        let s = s.trim();
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            let mib: u64 = s.parse().map_err(|e| format!("{e}"))?;
+            return Ok(SessionMemory(Size(mib.saturating_mul(1 << 20))));
+        }
+        s.parse().map(SessionMemory)
+    }
+}
+
+impl std::fmt::Display for SessionMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// `value` raised to `least` when below it, saying so on standard error.
+fn at_least(flag: &str, value: usize, least: usize, shown: impl std::fmt::Display) -> usize {
+    if value < least {
+        eprintln!("warning: {flag} {shown} is below the least accepted; {least} is used");
+        least
+    } else {
+        value
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -201,6 +282,15 @@ pub fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
+    if let Some(shell) = cli.completions {
+        let mut cmd = Cli::command();
+        clap_complete::generate(shell, &mut cmd, "mcp-resume-audit", &mut std::io::stdout());
+        return Ok(0);
+    }
+    if cli.man {
+        clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+        return Ok(0);
+    }
     let threads = cli
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -223,10 +313,25 @@ fn real_main() -> anyhow::Result<i32> {
         ignore: cli.ignore_endpoint.clone(),
         threads,
         limits: Limits {
-            max_out_of_order_bytes: cli.max_out_of_order,
-            max_connections: cli.max_connections.max(1),
-            max_header_bytes: cli.max_header_bytes.max(256),
-            max_sse_field_bytes: cli.max_sse_field.max(16),
+            max_out_of_order_bytes: cli.max_out_of_order.bytes(),
+            max_connections: at_least(
+                "--max-connections",
+                cli.max_connections,
+                1,
+                cli.max_connections,
+            ),
+            max_header_bytes: at_least(
+                "--max-header-bytes",
+                cli.max_header_bytes.bytes(),
+                256,
+                cli.max_header_bytes,
+            ),
+            max_sse_field_bytes: at_least(
+                "--max-sse-field",
+                cli.max_sse_field.bytes(),
+                16,
+                cli.max_sse_field,
+            ),
             ..Limits::default()
         },
         forensic: AuditOptions {
@@ -234,7 +339,7 @@ fn real_main() -> anyhow::Result<i32> {
             views: cli.sessions,
         },
         retention: Retention {
-            memory_bytes: cli.session_memory.saturating_mul(1 << 20),
+            memory_bytes: cli.session_memory.0.bytes(),
         },
         human,
         progress: progress_bar(&cli),

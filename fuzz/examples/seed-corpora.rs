@@ -15,14 +15,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mcp_resume_audit::stages::HttpConnection;
-use mcp_resume_audit::stages::CaptureReader;
-use mcp_resume_audit::stages::{Endpoint, decode};
-use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit::Limits;
+use mcp_resume_audit::stages::CaptureReader;
+use mcp_resume_audit::stages::HttpConnection;
 use mcp_resume_audit::stages::{
     Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
+use mcp_resume_audit::stages::{Endpoint, decode};
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
 use mcp_resume_audit_fuzz::{Step, Transcript};
 
 struct Seg {

@@ -13,17 +13,17 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use mcp_resume_audit::stages::HttpConnection;
-use mcp_resume_audit::stages::{OwnedSseEvent, SseParser};
-use mcp_resume_audit::{self as driver, Options};
+use mcp_resume_audit::Limits;
 use mcp_resume_audit::fuzzing::Http2Fuzz;
 use mcp_resume_audit::stages::CaptureReader;
+use mcp_resume_audit::stages::HttpConnection;
 use mcp_resume_audit::stages::decode;
-use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
-use mcp_resume_audit::Limits;
 use mcp_resume_audit::stages::{
     Anomaly, BodyEnd, Direction, HttpSink, Mark, RequestHead, ResponseHead, StreamEnd, StreamSink,
 };
+use mcp_resume_audit::stages::{OwnedSseEvent, SseParser};
+use mcp_resume_audit::stages::{TcpConnection, TcpFlags, TcpSegment};
+use mcp_resume_audit::{self as driver, Options};
 
 /// Runs `harness` on every file named on the command line (directories: every file inside).
 pub fn replay_args(harness: fn(&[u8])) -> ExitCode {
@@ -573,16 +573,13 @@ pub fn pipeline(data: &[u8]) {
     assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
     let mut out = Vec::new();
     for r in &report.resumes {
-        mcp_resume_audit::write_resume(&mut out, "fuzz-input", r)
-            .expect("writing to memory");
+        mcp_resume_audit::write_resume(&mut out, "fuzz-input", r).expect("writing to memory");
     }
     for f in &report.findings {
-        mcp_resume_audit::write_finding(&mut out, "fuzz-input", f)
-            .expect("writing to memory");
+        mcp_resume_audit::write_finding(&mut out, "fuzz-input", f).expect("writing to memory");
     }
     for v in &report.views {
-        mcp_resume_audit::write_session(&mut out, "fuzz-input", v)
-            .expect("writing to memory");
+        mcp_resume_audit::write_session(&mut out, "fuzz-input", v).expect("writing to memory");
     }
     // The spool, which sorts through runs on disk, gives the same lines in the same order.
     use mcp_resume_audit::Sink;

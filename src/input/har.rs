@@ -921,11 +921,7 @@ impl HarRun<'_> {
         };
         let mut ambiguous = false;
         let source = if let Some(raw) = text.filter(|t| t.len() > 2) {
-            // serde_json decodes the escapes; the body is then handed out in pieces.
-            let decoded: Cow<'_, str> = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
-            for piece in decoded.as_bytes().chunks(BODY_CHUNK) {
-                sink.push(piece)?;
-            }
+            feed_text(raw, &mut |piece| sink.push(piece))?;
             BodySource::Text
         } else if let Some(file) = c.file.as_deref() {
             self.feed_file(file, &mut sink)?
@@ -1025,6 +1021,31 @@ impl HarRun<'_> {
             }
         }
     }
+}
+
+/// Feeds a body text (`raw`, the JSON string literal) in pieces: serde_json decodes the
+/// escapes into its own buffer and lends it out, so the decoded body exists once, beside the
+/// entry's raw JSON (a `String` or `Cow` would be a second copy).
+fn feed_text(raw: &[u8], out: &mut dyn FnMut(&[u8]) -> Result<(), String>) -> Result<(), String> {
+    struct Feed<'o>(&'o mut dyn FnMut(&[u8]) -> Result<(), String>);
+    impl serde::de::Visitor<'_> for Feed<'_> {
+        /// What the sink said (serde_json's own errors travel outside).
+        type Value = Result<(), String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(text
+                .as_bytes()
+                .chunks(BODY_CHUNK)
+                .try_for_each(|piece| (self.0)(piece)))
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let fed =
+        serde::Deserializer::deserialize_str(&mut de, Feed(out)).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    fed
 }
 
 /// True when a HAR comment says the body was cut or left out (HTTP Toolkit, Firefox-style
@@ -1552,6 +1573,47 @@ mod tests {
                 assert!(b64(bad.as_bytes(), split).is_err(), "{bad} at {split}");
             }
         }
+    }
+
+    fn text(raw: &str) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        feed_text(raw.as_bytes(), &mut |p| {
+            assert!(!p.is_empty() && p.len() <= BODY_CHUNK);
+            out.extend_from_slice(p);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn body_texts_are_unescaped_and_fed_in_pieces() {
+        assert_eq!(
+            text(r#""a\nb\"\\\/\t\r\b\f""#).unwrap(),
+            b"a\nb\"\\/\t\r\x08\x0c"
+        );
+        assert_eq!(
+            text(r#""caf\u00e9 \ud83d\ude00""#).unwrap(),
+            "café \u{1F600}".as_bytes()
+        );
+        // Not text: a lone surrogate, a bad escape, a cut literal, something after it.
+        for bad in [
+            r#""\ud83d x""#,
+            r#""\x""#,
+            r#""\u12""#,
+            r#""abc"#,
+            r#""a" 1"#,
+        ] {
+            assert!(text(bad).is_err(), "{bad}");
+        }
+        // Long bodies come out whole, in bounded pieces, with and without escapes.
+        let body: String = (0..40_000).map(|i| format!("id: {i}\\n")).collect();
+        let want: String = (0..40_000).map(|i| format!("id: {i}\n")).collect();
+        assert_eq!(text(&format!("\"{body}\"")).unwrap(), want.as_bytes());
+        let plain = "x".repeat(3 * BODY_CHUNK + 5);
+        assert_eq!(text(&format!("\"{plain}\"")).unwrap(), plain.as_bytes());
+        // What the sink refuses is what feed_text says.
+        let refused = feed_text(b"\"abc\"", &mut |_| Err("no".to_string()));
+        assert_eq!(refused, Err("no".to_string()));
     }
 
     #[test]

@@ -25,6 +25,17 @@ use crate::audit::{
 use crate::exchange::{ExchangeSummary, ResumeRecord};
 use crate::record::{BodyEnd, Mark};
 
+/// The version of the records' schema (docs/schema/*.json), written in every record so that a
+/// line read alone says what it is; raised when a field is removed or changes meaning, not
+/// when one is added.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Epoch seconds with microseconds, as Zeek writes `ts` (the instant [`rfc3339_micros`]
+/// writes, to the same microsecond).
+pub fn epoch_seconds(time_ns: i64) -> f64 {
+    time_ns.div_euclid(1000) as f64 / 1e6
+}
+
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z` (truncated, never
 /// rounded up into the next second).
 pub fn rfc3339_micros(time_ns: i64) -> String {
@@ -104,6 +115,15 @@ struct ResumeLine<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     retry_ms: Vec<u64>,
     findings: &'a [Finding],
+    // Zeek / Elastic Common Schema-style copies of the fields above, for joins: the request
+    // time as epoch seconds, and the endpoints' address and port apart.
+    ts: f64,
+    first_event_ts: Option<f64>,
+    client_ip: Option<String>,
+    client_port: Option<u16>,
+    server_ip: Option<String>,
+    server_port: Option<u16>,
+    schema_version: u32,
 }
 
 pub fn body_end_name(end: Option<BodyEnd>) -> Option<&'static str> {
@@ -233,6 +253,16 @@ pub fn write_resume<W: Write + ?Sized>(
         resume_ack: r.resume_ack.as_ref().map(|a| a.0.as_str()),
         retry_ms: r.retry.iter().map(|r| r.0).collect(),
         findings: &r.forensic.findings,
+        ts: epoch_seconds(r.request.time_ns),
+        first_event_ts: r
+            .first_event
+            .filter(|_| !har)
+            .map(|m| epoch_seconds(m.time_ns)),
+        client_ip: r.connection.client.map(|e| e.ip.to_string()),
+        client_port: r.connection.client.map(|e| e.port),
+        server_ip: r.connection.server.map(|e| e.ip.to_string()),
+        server_port: r.connection.server.map(|e| e.port),
+        schema_version: SCHEMA_VERSION,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -333,6 +363,7 @@ struct FindingLine<'a> {
     input: &'a str,
     #[serde(flatten)]
     finding: &'a Finding,
+    schema_version: u32,
 }
 
 /// Writes a finding tied to no resume as a JSON line.
@@ -345,6 +376,7 @@ pub fn write_finding<W: Write + ?Sized>(
         kind: "finding",
         input,
         finding: f,
+        schema_version: SCHEMA_VERSION,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -407,6 +439,10 @@ struct SessionLine<'a> {
     exchanges_omitted: u64,
     resumes: Vec<ResumeBrief<'a>>,
     findings: &'a [Finding],
+    /// `first_time` and `last_time` as epoch seconds.
+    first_ts: f64,
+    last_ts: f64,
+    schema_version: u32,
 }
 
 fn exchange_line(x: &ExchangeSummary) -> ExchangeLine<'_> {
@@ -473,6 +509,9 @@ pub fn write_session<W: Write + ?Sized>(
             })
             .collect(),
         findings: &v.findings,
+        first_ts: epoch_seconds(v.first.time_ns),
+        last_ts: epoch_seconds(v.last.time_ns),
+        schema_version: SCHEMA_VERSION,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -834,6 +873,7 @@ pub struct Summary {
     pub problems: Vec<InputProblem>,
     /// Per input: what it held, what was read and what was not.
     pub per_input: Vec<InputSummary>,
+    pub schema_version: u32,
 }
 
 /// One input's line in the summary.
@@ -1065,6 +1105,7 @@ impl Summary {
     pub fn new() -> Self {
         let mut s = Summary {
             kind: "summary",
+            schema_version: SCHEMA_VERSION,
             ..Default::default()
         };
         for v in Verdict::ALL {
