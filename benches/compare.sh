@@ -7,7 +7,8 @@
 #     benches/compare.sh | tee benches/RESULTS.md
 #
 # Then the same traffic on other wires (TLS 1.3, TLS 1.2, HTTP/2 in cleartext and under TLS),
-# one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`); and the workload
+# one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`), against tshark on the
+# same capture with the same keys; and the workload
 # matrix: one capture of MIX_SIZE per traffic mix of gen-capture (`--mix`: tiny events, large
 # events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams), each
 # with -j1, -j2, cat and tshark in the same run.
@@ -46,6 +47,10 @@ MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
 # tshark's display filter for resume requests: header names are case-insensitive, and the
 # generator writes some in lower case.
 TSHARK_FILTER='http.request.line matches "(?i)^last-event-id:"'
+# The same for HTTP/2 (HPACK gives header names in lower case), and the server port of
+# gen-capture, where tshark is told to read h2c (prior knowledge has no port of its own).
+TSHARK_H2_FILTER='http2.header.name == "last-event-id"'
+GEN_PORT=8000
 # --session-memory (MiB) of the bounded-memory runs.
 BOUNDED_SESSION_MIB=${BOUNDED_SESSION_MIB:-4}
 mkdir -p "$OUT"
@@ -264,21 +269,45 @@ if [[ -n $WIRES ]]; then
     echo
     echo "## Wires ($WIRE_SIZE of the same sessions, each read with its key log)"
     echo
-    echo "| wire | bytes | -j1 s | -j1 GB/s | -j1 CPU s | -j2 s | -j2 GB/s | -j2 CPU s | -j2 RSS MiB | -j2 / plain |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| wire | bytes | -j1 s | -j1 GB/s | -j1 CPU s | -j2 s | -j2 GB/s | -j2 CPU s | -j2 RSS MiB | -j2 / plain | CPU / plain (-j1) | tshark s | tshark / -j2 | resumes (tshark) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     plain_w2=""
+    plain_c1=""
     for wire in $WIRES; do
         f="$OUT/bench-$WIRE_SIZE-$wire.$FORMAT"
         # shellcheck disable=SC2046 # wire_args gives separate words on purpose
         capture "$WIRE_SIZE" "$SEED" "$f" --keylog "$f.keys" $(wire_args "$wire")
         cat "$f" >/dev/null
         b=$(bytes_of "$f")
+        TSHARK_WIRE_OPTS=()
+        [[ $wire == tls* ]] && TSHARK_WIRE_OPTS+=(-o "tls.keylog_file:$f.keys")
+        [[ $wire == h2c ]] && TSHARK_WIRE_OPTS+=(-d "tcp.port==$GEN_PORT,http2")
+        TSHARK_WIRE_FILTER=$TSHARK_FILTER
+        [[ $wire == *h2* ]] && TSHARK_WIRE_FILTER=$TSHARK_H2_FILTER
         read -r ww1 _ wc1 < <(median_of "$BIN" -q -j1 --tls-keylog "$f.keys" "$f")
         read -r ww2 wr2 wc2 < <(median_of "$BIN" -q -j2 --tls-keylog "$f.keys" "$f")
-        [[ $wire == plain ]] && plain_w2=$ww2
+        [[ $wire == plain ]] && plain_w2=$ww2 && plain_c1=$wc1
         ratio=$([[ -n $plain_w2 ]] && calc "$ww2 / $plain_w2" || echo -)
-        echo "| $wire | $b | $ww1 | $(gbps "$b" "$ww1") | $wc1 | $ww2 | $(gbps "$b" "$ww2") | $wc2 | $((wr2 / 1024)) | $ratio |"
+        cratio=$(awk -v a="$wc1" -v b="${plain_c1:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+        # The baseline: tshark on the same capture with the same keys, one run, its display
+        # filter finding every resume request of the wire.
+        wts="-"
+        wtr="-"
+        wtn="-"
+        if [[ $TSHARK == 1 ]] && command -v tshark >/dev/null; then
+            # Its output kept, to count what it found.
+            read -r wt _ _ < <(measure bash -c 'out=$1; shift; exec tshark "$@" >"$out"' tshark "$f.tshark" \
+                "${TSHARK_WIRE_OPTS[@]}" -r "$f" -Y "$TSHARK_WIRE_FILTER" -T fields -e frame.number)
+            wts=$(calc "$wt")
+            wtr=$(calc "$wt / $ww2")
+            wtn=$(wc -l <"$f.tshark")
+        fi
+        echo "| $wire | $b | $ww1 | $(gbps "$b" "$ww1") | $wc1 | $ww2 | $(gbps "$b" "$ww2") | $wc2 | $((wr2 / 1024)) | $ratio | $cratio | $wts | $wtr | $wtn |"
     done
+    echo
+    echo "tshark: one run per wire on the same capture, TLS read with the same key log (\`-o tls.keylog_file:FILE\`);"
+    echo "HTTP/1.1 wires filtered with \`$TSHARK_FILTER\`, HTTP/2 wires with \`$TSHARK_H2_FILTER\` (h2c decoded as"
+    echo "HTTP/2 on the generator's port: \`-d tcp.port==$GEN_PORT,http2\`). The resumes column counts the frames it found."
 fi
 
 # The workload matrix: one capture per traffic mix.
