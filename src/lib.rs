@@ -27,6 +27,7 @@ mod app;
 mod audit;
 mod driver;
 mod exchange;
+mod facts;
 mod input;
 mod net;
 mod record;
@@ -40,7 +41,7 @@ pub use audit::{
 };
 pub use driver::{
     EndpointFilter, HumanReport, InputReport, InputStats, Options, Progress, RunOutcome, TlsKeys,
-    analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, run,
+    analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, map_run, reduce_run, run,
 };
 pub use exchange::ResumeRecord;
 pub use input::set::files_under;
