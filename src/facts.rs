@@ -1037,6 +1037,8 @@ pub struct InputFacts {
     pub end: Option<InputEnd>,
     /// Problems of the facts themselves (a missing `input_end`, a record given twice).
     pub problems: Vec<String>,
+    /// The facts file its first record came from, as messages cite it.
+    source: String,
 }
 
 /// What an `input_end` record holds: counters, session hashes, messages, and its `seq`.
@@ -1157,7 +1159,7 @@ impl FactsSet {
                     continue;
                 }
             };
-            if let Err(e) = self.add(fact) {
+            if let Err(e) = self.add(name, fact) {
                 self.error(format!("{name}: line {no}: {e}; the line is not read"));
             }
         }
@@ -1170,12 +1172,13 @@ impl FactsSet {
         self.messages.push((true, text));
     }
 
-    fn add(&mut self, fact: Fact) -> Result<(), String> {
+    fn add(&mut self, source: &str, fact: Fact) -> Result<(), String> {
         let i = match self.inputs.iter().position(|f| f.input == fact.input()) {
             Some(i) => i,
             None => {
                 self.inputs.push(InputFacts {
                     input: fact.input().to_string(),
+                    source: source.to_string(),
                     ..InputFacts::default()
                 });
                 self.inputs.len() - 1
@@ -1238,19 +1241,22 @@ impl FactsSet {
             inp.events.dedup_by_key(|(s, _)| *s);
             if inp.events.len() != before {
                 inp.problems.push(format!(
-                    "{}: facts: {} record(s) given twice, read once",
+                    "{}: input {}: {} record(s) given twice, read once",
+                    inp.source,
                     inp.input,
                     before - inp.events.len()
                 ));
             }
             match &inp.end {
                 None => inp.problems.push(format!(
-                    "{}: facts: no input_end record (the facts are cut short); its counters are missing",
+                    "{}: input {}: no input_end record (the facts are cut short); its counters are missing",
+                    inp.source,
                     inp.input
                 )),
                 Some((_, _, _, end)) if *end != inp.events.len() as u64 + 1 => {
                     inp.problems.push(format!(
-                        "{}: facts: {} event record(s) where the input_end record counts {}; the report is made from those read",
+                        "{}: input {}: {} event record(s) where the input_end record counts {}; the report is made from those read",
+                        inp.source,
                         inp.input,
                         inp.events.len(),
                         end.saturating_sub(1)
