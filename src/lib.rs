@@ -12,12 +12,14 @@
 //!   → net       link and IP decode, flow table, TCP reassembly (data / gap / end per direction)
 //!   → app       protocol detection; TLS (decrypts into a child); HTTP/1.1; HTTP/2; content coding; SSE
 //!   → exchange  per-connection exchanges (request, response, SSE facts), keyed by exchange id
+//!   → facts     the map/reduce boundary: session events, in process or as JSON Lines
 //!   → audit     sessions, resume verdicts, id shapes, findings
 //!   → report    JSON Lines, the text account, the HTML page
 //! driver   runs the stages, on one thread or sharded by connection
 //! ```
 //!
-//! The public API is what this page lists: [`run`] for a whole report, [`analyze_path`] and
+//! The public API is what this page lists: [`run`] for a whole report, [`map_run`] and
+//! [`reduce_run`] for its two halves apart (docs/facts.md), [`analyze_path`] and
 //! [`analyze_reader`] for the records of one input, the [`Options`] they take and the record
 //! types they give. The stages themselves are private; benches, property tests and fuzz
 //! targets reach them through the hidden `stages` and `fuzzing` modules, which promise
