@@ -364,6 +364,9 @@ struct XProgress {
     regressed: Option<(XAt, XAt)>,
 }
 
+/// `ListChangedFact`: method, mark, event id (its hash and text).
+type XListChanged = (String, M, Option<(u64, String)>);
+
 #[derive(Serialize, Deserialize)]
 struct XStream {
     events: u64,
@@ -377,7 +380,7 @@ struct XStream {
     content: Vec<XContent>,
     content_dropped: u64,
     progress: Vec<XProgress>,
-    list_changed: Vec<(String, M, Option<(u64, String)>)>,
+    list_changed: Vec<XListChanged>,
     retry: Vec<(u64, M)>,
     resume_ack: Option<(String, M)>,
     shapes: Vec<(u8, String, String, u32, u32, u32)>,
