@@ -309,3 +309,42 @@ fn a_file_that_is_not_facts_or_of_another_version_is_refused_by_name() {
     no_crash(&out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("given twice"));
 }
+
+#[test]
+fn a_ring_buffer_set_maps_and_reduces_with_its_citations_naming_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dir.path().join("ring");
+    std::fs::create_dir(&ring).unwrap();
+    // Two files named as dumpcap names a ring buffer: read as one capture, cited per file.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/real-tool/loopback-v4.pcap");
+    for (n, stamp) in [(1, "20260101000000"), (2, "20260101000100")] {
+        std::fs::copy(&src, ring.join(format!("cap_{n:05}_{stamp}.pcap"))).unwrap();
+    }
+    let whole = single(std::slice::from_ref(&ring), &[]);
+    let text = String::from_utf8_lossy(&whole.stdout);
+    assert!(text.contains("\"request_file\""), "{text}");
+    assert!(text.matches("\"type\":\"resume\"").count() > 5);
+    let facts = dir.path().join("ring.jsonl");
+    map(std::slice::from_ref(&ring), &[], &facts);
+    let reduced = reduce(std::slice::from_ref(&facts));
+    assert!(
+        same(&whole, &reduced),
+        "{}\n---\n{}",
+        String::from_utf8_lossy(&whole.stdout),
+        String::from_utf8_lossy(&reduced.stdout)
+    );
+}
+
+#[test]
+fn fleet_runs_are_not_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let facts = dir.path().join("f.jsonl");
+    let out = bin()
+        .args(["-q", "--fleet", "--emit-facts"])
+        .arg(&facts)
+        .args([leak_capture(), PathBuf::from("fixtures/gen/mixed.pcap")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fleet cannot be mapped"));
+}

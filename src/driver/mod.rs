@@ -1507,30 +1507,48 @@ fn plan_inputs(inputs: &[PathBuf], opts: &Options) -> Planned {
     (plan.messages, inputs)
 }
 
-/// The map step of one planned input: its session events go to `facts`; gives its report and
-/// how its frames are named when it is made of several files.
-fn map_input(
-    input: &Input,
+/// A planned input made ready to be read: a merged run's stream is opened here, because the
+/// names of its frames must be known before the first record is written.
+enum Ready<'a> {
+    One(&'a Path),
+    Set(&'a CaptureSet),
+    Merged(String, MergedCapture, crate::input::merge::Messages),
+}
+
+/// Makes a planned input ready, with how its frames are named when it is made of several
+/// files.
+fn ready<'a>(
+    input: &'a Input,
     o: &Options,
-    facts: &mut dyn FactSink,
-) -> (InputReport, Option<Arc<dyn report::files::FrameNames>>) {
+) -> (Ready<'a>, Option<Arc<dyn report::files::FrameNames>>) {
     match input {
-        Input::One(p) => (map_path(p, o, facts), None),
+        Input::One(p) => (Ready::One(p), None),
         Input::Set(s) => {
             let files: Arc<dyn report::files::FrameNames> = Arc::new(report::files::SetFiles(
                 s.members.iter().map(|p| p.display().to_string()).collect(),
             ));
-            (map_set(s, o, facts), Some(files))
+            (Ready::Set(s), Some(files))
         }
         Input::Points(points) => {
             let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
             let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
             let names: Arc<dyn report::files::FrameNames> = Arc::new(MergedNames(map));
-            let mut report = map_merged(&input.name(), merged, o, facts);
+            (Ready::Merged(input.name(), merged, messages), Some(names))
+        }
+    }
+}
+
+/// The map step of one input: its session events go to `facts`; gives its report.
+fn map_input(input: Ready<'_>, o: &Options, facts: &mut dyn FactSink) -> InputReport {
+    match input {
+        Ready::One(p) => map_path(p, o, facts),
+        Ready::Set(s) => map_set(s, o, facts),
+        Ready::Merged(name, merged, messages) => {
+            let mut report = map_merged(&name, merged, o, facts);
             if let Ok(mut m) = messages.lock() {
                 report.messages.append(&mut m);
             }
-            (report, Some(names))
+            report
         }
     }
 }
@@ -1574,7 +1592,8 @@ pub fn map_run<W: Write + Send, E: Write>(
             _ => None,
         };
         writer.begin(&input.name(), files);
-        let (mut report, _) = map_input(input, opts, &mut writer);
+        let (input, _) = ready(input, opts);
+        let mut report = map_input(input, opts, &mut writer);
         report.messages.splice(0..0, warnings.iter().cloned());
         writer.end(&report.stats, &report.sessions, &report.messages);
         for (is_error, text) in &report.messages {
@@ -1736,8 +1755,9 @@ pub fn run<W: Write, E: Write>(
     // straight from the one to the other.
     let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {
         let mut spool = Spool::new(&input.name(), human);
-        let (mut report, files) = map_input(input, o, &mut reducer(o, &mut spool));
+        let (input, files) = ready(input, o);
         spool.files = files;
+        let mut report = map_input(input, o, &mut reducer(o, &mut spool));
         report.messages.splice(0..0, warnings.iter().cloned());
         (report, spool)
     };
