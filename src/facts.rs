@@ -1270,3 +1270,47 @@ impl FactsSet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_facts_are_interned_once_and_bounded() {
+        let a = intern("a reason read from facts").unwrap();
+        let b = intern("a reason read from facts").unwrap();
+        assert!(std::ptr::eq(a, b), "one copy per distinct name");
+        assert!(intern(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+        // A file of ever-new names stops being interned at the bound instead of leaking.
+        let refused = (0..MAX_NAMES + 10)
+            .filter(|i| intern(&format!("name {i}")).is_err())
+            .count();
+        assert!(refused >= 10, "{refused}");
+        // Names already known are still found.
+        assert!(intern("a reason read from facts").is_ok());
+    }
+
+    #[test]
+    fn a_record_that_is_not_whole_is_an_error_for_its_line() {
+        let mut set = FactsSet::default();
+        let text = format!(
+            "{{\"format\":\"{FORMAT}\",\"version\":{VERSION}}}\n\
+             {{\"t\":\"unread\",\"input\":\"i\",\"seq\":1}}\n\
+             {{\"t\":\"har\",\"input\":\"i\",\"seq\":2,\"session_id\":null,\"summary\":null,\
+             \"resume\":{{\"verdict\":\"fine\"}}}}\n"
+        );
+        set.read("f.jsonl", text.as_bytes());
+        set.finish();
+        assert_eq!(set.inputs.len(), 1);
+        assert!(
+            set.messages
+                .iter()
+                .any(|(e, m)| *e && m.starts_with("f.jsonl: line 3: ")),
+            "{:?}",
+            set.messages
+        );
+        // The good line was read; the input's missing end is said.
+        assert_eq!(set.inputs[0].events.len(), 1);
+        assert!(set.inputs[0].problems[0].contains("no input_end record"));
+    }
+}
