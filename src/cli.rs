@@ -48,6 +48,19 @@ struct Cli {
     #[arg(long)]
     fleet: bool,
 
+    /// The map step alone: write the facts of every input (docs/facts.md) to FILE (`-`:
+    /// standard output) instead of a report, for `--reduce` to finish, on this machine or
+    /// another (examples/dask/). Options of the session stage (`--sessions`, `--id-pattern`,
+    /// `--session-memory`, `--html`, `--format`) belong to the reduce.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["reduce", "output", "html"])]
+    emit_facts: Option<PathBuf>,
+
+    /// The reduce step alone: the inputs are facts files written by `--emit-facts` (their
+    /// records in any grouping and order); the report is the one the single run on the
+    /// captures writes.
+    #[arg(long)]
+    reduce: bool,
+
     /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
     /// FILE is replaced only when the run is over; an input is never overwritten.
     #[arg(short, long, value_name = "FILE")]
@@ -280,6 +293,35 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `--emit-facts`: the map step, its facts written to `path` (replaced only at the end) or to
+/// standard output.
+fn emit_facts(
+    path: &std::path::Path,
+    cli: &Cli,
+    opts: &Options,
+    mut err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    if path.as_os_str() == "-" {
+        let mut out = BufWriter::new(std::io::stdout());
+        let o = driver::map_run(&cli.inputs, opts, &mut out, &mut err)?;
+        out.flush()?;
+        return Ok(o.exit_code());
+    }
+    refuse_to_overwrite_an_input(path, &cli.inputs)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    let mut out = BufWriter::new(tmp.as_file_mut());
+    let o = driver::map_run(&cli.inputs, opts, &mut out, &mut err)?;
+    out.into_inner().map_err(|e| e.into_error())?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(o.exit_code())
+}
+
 fn real_main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
     if let Some(shell) = cli.completions {
@@ -350,6 +392,16 @@ fn real_main() -> anyhow::Result<i32> {
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.
     let mut err = anstream::AutoStream::auto(std::io::stderr().lock());
+    if let Some(path) = cli.emit_facts.as_deref() {
+        return emit_facts(path, &cli, &opts, &mut err);
+    }
+    let report = |mut out: &mut dyn Write, mut err: &mut dyn Write| {
+        if cli.reduce {
+            driver::reduce_run(&cli.inputs, &opts, &mut out, &mut err)
+        } else {
+            driver::run(&cli.inputs, &opts, &mut out, &mut err)
+        }
+    };
     let outcome = match cli.output.as_deref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
             refuse_to_overwrite_an_input(path, &cli.inputs)?;
@@ -370,7 +422,7 @@ fn real_main() -> anyhow::Result<i32> {
                 Box::new(file)
             };
             let mut out = BufWriter::new(inner);
-            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err)?;
+            let o = report(&mut out, &mut err)?;
             out.into_inner().map_err(|e| e.into_error())?;
             tmp.persist(path)
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -384,7 +436,7 @@ fn real_main() -> anyhow::Result<i32> {
                 Box::new(stdout.lock())
             };
             let mut out = BufWriter::new(inner);
-            let o = driver::run(&cli.inputs, &opts, &mut out, &mut err);
+            let o = report(&mut out, &mut err);
             match o {
                 Ok(o) => o,
                 // A closed pipe (`| head`) is not an error worth a message.

@@ -12,12 +12,14 @@
 //!   → net       link and IP decode, flow table, TCP reassembly (data / gap / end per direction)
 //!   → app       protocol detection; TLS (decrypts into a child); HTTP/1.1; HTTP/2; content coding; SSE
 //!   → exchange  per-connection exchanges (request, response, SSE facts), keyed by exchange id
+//!   → facts     the map/reduce boundary: session events, in process or as JSON Lines
 //!   → audit     sessions, resume verdicts, id shapes, findings
 //!   → report    JSON Lines, the text account, the HTML page
 //! driver   runs the stages, on one thread or sharded by connection
 //! ```
 //!
-//! The public API is what this page lists: [`run`] for a whole report, [`analyze_path`] and
+//! The public API is what this page lists: [`run`] for a whole report, [`map_run`] and
+//! [`reduce_run`] for its two halves apart (docs/facts.md), [`analyze_path`] and
 //! [`analyze_reader`] for the records of one input, the [`Options`] they take and the record
 //! types they give. The stages themselves are private; benches, property tests and fuzz
 //! targets reach them through the hidden `stages` and `fuzzing` modules, which promise
@@ -27,6 +29,7 @@ mod app;
 mod audit;
 mod driver;
 mod exchange;
+mod facts;
 mod input;
 mod net;
 mod record;
@@ -40,7 +43,7 @@ pub use audit::{
 };
 pub use driver::{
     EndpointFilter, HumanReport, InputReport, InputStats, Options, Progress, RunOutcome, TlsKeys,
-    analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, run,
+    analyze_path, analyze_path_into, analyze_reader, analyze_reader_into, map_run, reduce_run, run,
 };
 pub use exchange::ResumeRecord;
 pub use input::set::files_under;

@@ -61,7 +61,7 @@ impl Direction {
 }
 
 /// How the in-order byte stream of one direction ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamEnd {
     /// A FIN was seen and every byte before it was delivered (or reported as a gap).
@@ -159,7 +159,7 @@ impl ResponseHead {
 }
 
 /// How a message body ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BodyEnd {
     /// The framing said the body is over (Content-Length reached, last chunk, or no body).

@@ -36,6 +36,7 @@ use crate::audit::{self, Finding, SessionView};
 use crate::exchange::{
     ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
 };
+use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::compressed::Codec;
 use crate::input::har;
@@ -335,12 +336,22 @@ pub fn analyze_path(path: &Path, opts: &Options) -> InputReport {
 
 /// Analyzes one input named by path (`-` is standard input); its records go to `sink`.
 pub fn analyze_path_into(path: &Path, opts: &Options, sink: &mut dyn audit::Sink) -> InputReport {
+    map_path(path, opts, &mut reducer(opts, sink))
+}
+
+/// The reduce step of one input, its records going to `sink`.
+fn reducer<'s>(opts: &Options, sink: &'s mut dyn audit::Sink) -> Reducer<'s> {
+    Reducer::new(&opts.forensic, opts.retention, sink)
+}
+
+/// The map step of one input named by path: its session events go to `facts`.
+fn map_path(path: &Path, opts: &Options, facts: &mut dyn FactSink) -> InputReport {
     let name = path.display().to_string();
     if name == "-" {
-        return analyze_reader_into(&name, std::io::stdin().lock(), opts, sink);
+        return map_reader(&name, std::io::stdin().lock(), opts, facts);
     }
     match File::open(path) {
-        Ok(f) => analyze_reader_into(&name, f, opts, sink),
+        Ok(f) => map_reader(&name, f, opts, facts),
         Err(e) => {
             let mut r = InputReport::new(&name);
             r.error(format!("{name}: cannot open: {e}"));
@@ -361,9 +372,19 @@ pub fn analyze_reader<R: Read>(name: &str, src: R, opts: &Options) -> InputRepor
 /// them go.
 pub fn analyze_reader_into<R: Read>(
     name: &str,
-    mut src: R,
+    src: R,
     opts: &Options,
     sink: &mut dyn audit::Sink,
+) -> InputReport {
+    map_reader(name, src, opts, &mut reducer(opts, sink))
+}
+
+/// The map step of one input from any reader: its session events go to `facts`.
+fn map_reader<R: Read>(
+    name: &str,
+    mut src: R,
+    opts: &Options,
+    sink: &mut dyn FactSink,
 ) -> InputReport {
     let mut report = InputReport::new(name);
     let mut head = [0u8; 64];
@@ -400,11 +421,11 @@ pub fn analyze_reader_into<R: Read>(
         }
         Some(InputKind::Json) => {
             let exchanges = har::read_har(name, chained, &opts.limits);
-            har_session_stage(&mut report, exchanges, opts, sink);
+            har_session_stage(&mut report, exchanges, sink);
         }
         Some(InputKind::Zlib) => {
             let exchanges = har::read_har(name, har::ZlibInput::new(chained), &opts.limits);
-            har_session_stage(&mut report, exchanges, opts, sink);
+            har_session_stage(&mut report, exchanges, sink);
         }
         None => report.error(format!(
             "{name}: offset 0: not a capture (pcap, pcapng) or HAR file: unrecognized magic bytes"
@@ -413,14 +434,10 @@ pub fn analyze_reader_into<R: Read>(
     report
 }
 
-/// Analyzes a capture set: its files one after the other as one capture, in the order of
-/// `set.members` (see [`CaptureSet::order_by_time`]); its records go to `sink`, their frames
-/// numbered per member ([`crate::record::member_frame`]).
-pub fn analyze_set_into(
-    set: &CaptureSet,
-    opts: &Options,
-    sink: &mut dyn audit::Sink,
-) -> InputReport {
+/// The map step of a capture set: its files one after the other as one capture, in the order
+/// of `set.members` (see [`CaptureSet::order_by_time`]), their frames numbered per member
+/// ([`crate::record::member_frame`]).
+fn map_set(set: &CaptureSet, opts: &Options, sink: &mut dyn FactSink) -> InputReport {
     let mut report = InputReport::new(&set.name);
     let mut members = set.members.iter().enumerate().map(|(i, path)| Member {
         no: i as u64 + 1,
@@ -431,12 +448,12 @@ pub fn analyze_set_into(
     report
 }
 
-/// Analyzes capture points merged by time ([`MergedCapture`]) as one capture.
-pub fn analyze_merged_into(
+/// The map step of capture points merged by time ([`MergedCapture`]) as one capture.
+fn map_merged(
     name: &str,
     merged: MergedCapture,
     opts: &Options,
-    sink: &mut dyn audit::Sink,
+    sink: &mut dyn FactSink,
 ) -> InputReport {
     let mut report = InputReport::new(name);
     // The merged stream's blocks carry a few bytes more than the records they hold.
@@ -519,7 +536,7 @@ fn analyze_decompressed(
     name: &str,
     mut src: Decompressed<'_>,
     opts: &Options,
-    sink: &mut dyn audit::Sink,
+    sink: &mut dyn FactSink,
 ) -> InputReport {
     let mut head = [0u8; 8];
     let mut got = 0;
@@ -547,7 +564,7 @@ fn analyze_decompressed(
         return r;
     }
     let prefix = head[..got].to_vec();
-    analyze_reader_into(name, std::io::Cursor::new(prefix).chain(src), opts, sink)
+    map_reader(name, std::io::Cursor::new(prefix).chain(src), opts, sink)
 }
 
 impl From<FlowEvent> for ShardMsg {
@@ -1045,18 +1062,16 @@ trait Dispatch {
 /// Takes the shards' events for the session stage and gives them to it in key order: an
 /// event is let through once every shard has said it is past the event's frame.
 struct Merger<'s> {
-    stage: audit::Stage,
-    sink: &'s mut dyn audit::Sink,
+    facts: &'s mut dyn FactSink,
     pending: Vec<Keyed>,
     /// Per shard, the last frame all of whose events it has handed over.
     done: Vec<u64>,
 }
 
 impl<'s> Merger<'s> {
-    fn new(shards: usize, opts: &Options, sink: &'s mut dyn audit::Sink) -> Self {
+    fn new(shards: usize, facts: &'s mut dyn FactSink) -> Self {
         Merger {
-            stage: audit::Stage::new(&opts.forensic, opts.retention),
-            sink,
+            facts,
             pending: Vec::new(),
             done: vec![0; shards],
         }
@@ -1082,11 +1097,11 @@ impl<'s> Merger<'s> {
         for k in ready {
             let key = (k.stream, k.exchange);
             match k.event {
-                StageEvent::Opened(sid) => self.stage.opened(&sid, key),
-                StageEvent::Unread => self.stage.traffic_unread(),
+                StageEvent::Opened(sid) => self.facts.opened(&sid, key),
+                StageEvent::Unread => self.facts.unread(),
                 StageEvent::Ended(ended) => {
                     let (x, r) = *ended;
-                    self.stage.exchange(Some(key), x, r, self.sink)
+                    self.facts.ended(key, x, r)
                 }
             }
         }
@@ -1097,7 +1112,7 @@ impl<'s> Merger<'s> {
             *d = END_OF_INPUT;
         }
         self.release();
-        self.stage.finish(self.sink)
+        self.facts.finish()
     }
 }
 
@@ -1362,12 +1377,12 @@ fn analyze_capture<'a>(
     members: &mut dyn Iterator<Item = Member<'a>>,
     opts: &Options,
     report: &mut InputReport,
-    sink: &mut dyn audit::Sink,
+    sink: &mut dyn FactSink,
 ) {
     let (shards, stage) = if opts.threads <= 1 {
         let mut inline = Inline {
             shard: Shard::new(&opts.limits, opts.tls.0.clone(), opts.ignore.clone().into()),
-            merger: Merger::new(1, opts, sink),
+            merger: Merger::new(1, sink),
         };
         let (last, table) = read_packets(members, opts, &mut inline, report);
         report.stats.connections_evicted = table.evicted;
@@ -1388,7 +1403,7 @@ fn analyze_capture<'a>(
             // them back rather than its queue growing.
             let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
             let stage = scope.spawn(move || {
-                let mut merger = Merger::new(n, opts, sink);
+                let mut merger = Merger::new(n, sink);
                 for (w, done, mut events) in handed {
                     merger.take(w, done, &mut events);
                     merger.release();
@@ -1459,25 +1474,221 @@ fn analyze_capture<'a>(
 
 /// Runs the session stage over the exchanges of a HAR document (held whole: a HAR has no
 /// order of arrival to stream by) and gives its results to `sink`.
-fn har_session_stage(
-    report: &mut InputReport,
-    har: har::HarExchanges,
-    opts: &Options,
-    sink: &mut dyn audit::Sink,
-) {
+fn har_session_stage(report: &mut InputReport, har: har::HarExchanges, sink: &mut dyn FactSink) {
     report.stats.http_exchanges += har.http_exchanges;
     report.sessions.extend(har.sessions);
-    let (resumes, out) = audit::analyze(har.resumes, har.summaries, &opts.forensic);
-    for r in resumes {
-        sink.resume(r);
-    }
-    for f in out.findings {
-        sink.finding(f);
-    }
-    for v in out.views {
-        sink.view(v);
-    }
+    sink.har(har.resumes, har.summaries);
     report.messages.extend(har.messages);
+}
+
+/// The inputs of a run as the paths make them (sets ordered by time, `--fleet` points), with
+/// the warnings each gave, and the messages of the paths themselves.
+type Planned = (Vec<(bool, String)>, Vec<(Input, Vec<(bool, String)>)>);
+
+fn plan_inputs(inputs: &[PathBuf], opts: &Options) -> Planned {
+    let mut plan = set::plan(inputs, opts.merge);
+    let planned = if opts.fleet {
+        let (inputs, warnings) = set::points(std::mem::take(&mut plan.inputs), max_block(opts));
+        plan.messages.extend(warnings);
+        inputs
+    } else {
+        std::mem::take(&mut plan.inputs)
+    };
+    let inputs: Vec<(Input, Vec<(bool, String)>)> = planned
+        .into_iter()
+        .map(|i| match i {
+            Input::Set(mut s) if !opts.fleet => {
+                let warnings = s.order_by_time(opts.limits.max_block_bytes);
+                (Input::Set(s), warnings)
+            }
+            one => (one, Vec::new()),
+        })
+        .collect();
+    (plan.messages, inputs)
+}
+
+/// A planned input made ready to be read: a merged run's stream is opened here, because the
+/// names of its frames must be known before the first record is written.
+enum Ready<'a> {
+    One(&'a Path),
+    Set(&'a CaptureSet),
+    Merged(String, MergedCapture, crate::input::merge::Messages),
+}
+
+/// Makes a planned input ready, with how its frames are named when it is made of several
+/// files.
+fn ready<'a>(
+    input: &'a Input,
+    o: &Options,
+) -> (Ready<'a>, Option<Arc<dyn report::files::FrameNames>>) {
+    match input {
+        Input::One(p) => (Ready::One(p), None),
+        Input::Set(s) => {
+            let files: Arc<dyn report::files::FrameNames> = Arc::new(report::files::SetFiles(
+                s.members.iter().map(|p| p.display().to_string()).collect(),
+            ));
+            (Ready::Set(s), Some(files))
+        }
+        Input::Points(points) => {
+            let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
+            let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
+            let names: Arc<dyn report::files::FrameNames> = Arc::new(MergedNames(map));
+            (Ready::Merged(input.name(), merged, messages), Some(names))
+        }
+    }
+}
+
+/// The map step of one input: its session events go to `facts`; gives its report.
+fn map_input(input: Ready<'_>, o: &Options, facts: &mut dyn FactSink) -> InputReport {
+    match input {
+        Ready::One(p) => map_path(p, o, facts),
+        Ready::Set(s) => map_set(s, o, facts),
+        Ready::Merged(name, merged, messages) => {
+            let mut report = map_merged(&name, merged, o, facts);
+            if let Ok(mut m) = messages.lock() {
+                report.messages.append(&mut m);
+            }
+            report
+        }
+    }
+}
+
+/// The map step alone: writes every input's facts (docs/facts.md) to `out` instead of a
+/// report, one input after the other; messages go to `err`. `--fleet` is refused: its
+/// citations name files through a map of the merged frames that the facts do not carry.
+pub fn map_run<W: Write + Send, E: Write>(
+    inputs: &[PathBuf],
+    opts: &Options,
+    out: W,
+    err: &mut E,
+) -> std::io::Result<RunOutcome> {
+    let mut outcome = RunOutcome {
+        findings: false,
+        input_errors: false,
+        unread: false,
+    };
+    if opts.fleet {
+        writeln!(
+            err,
+            "error: --fleet cannot be mapped to facts (its citations need the merged frame map); \
+             map each capture point and reduce them, or run --fleet on one machine"
+        )?;
+        outcome.input_errors = true;
+        return Ok(outcome);
+    }
+    let (plan_messages, inputs) = plan_inputs(inputs, opts);
+    let mut writer = FactsWriter::new(out);
+    for (is_error, text) in &plan_messages {
+        writeln!(
+            err,
+            "{}: {text}",
+            if *is_error { "error" } else { "warning" }
+        )?;
+        outcome.input_errors |= *is_error;
+    }
+    for (input, warnings) in &inputs {
+        let files = match input {
+            Input::Set(s) => Some(s.members.iter().map(|p| p.display().to_string()).collect()),
+            _ => None,
+        };
+        writer.begin(&input.name(), files);
+        let (input, _) = ready(input, opts);
+        let mut report = map_input(input, opts, &mut writer);
+        report.messages.splice(0..0, warnings.iter().cloned());
+        writer.end(&report.stats, &report.sessions, &report.messages);
+        for (is_error, text) in &report.messages {
+            writeln!(
+                err,
+                "{}: {text}",
+                if *is_error { "error" } else { "warning" }
+            )?;
+        }
+        outcome.input_errors |= report.failed();
+        if let Some(e) = writer.error.take() {
+            return Err(e);
+        }
+    }
+    if let Some(bar) = &opts.progress {
+        bar.finish();
+    }
+    writer.into_inner()?;
+    Ok(outcome)
+}
+
+/// The reduce step alone: reads facts files (docs/facts.md; `-` is standard input), in any
+/// grouping or order of their records, and writes the report the single run on the same
+/// inputs writes. A damaged line is an error naming its file and line; the rest is read.
+pub fn reduce_run<W: Write, E: Write>(
+    facts: &[PathBuf],
+    opts: &Options,
+    out: &mut W,
+    err: &mut E,
+) -> std::io::Result<RunOutcome> {
+    let human = opts.human != HumanReport::Off;
+    let sessions_to_json = opts.forensic.views;
+    let with_views;
+    let opts = if opts.html.is_some() && !sessions_to_json {
+        with_views = Options {
+            forensic: audit::Options {
+                views: true,
+                ..opts.forensic.clone()
+            },
+            ..opts.clone()
+        };
+        &with_views
+    } else {
+        opts
+    };
+    let mut set = FactsSet::default();
+    for path in facts {
+        let name = path.display().to_string();
+        if name == "-" {
+            set.read(&name, std::io::stdin().lock());
+            continue;
+        }
+        match File::open(path) {
+            Ok(f) => set.read(&name, std::io::BufReader::new(f)),
+            Err(e) => set
+                .messages
+                .push((true, format!("{name}: cannot open: {e}"))),
+        }
+    }
+    set.finish();
+    let names: Vec<String> = set.inputs.iter().map(|i| i.input.clone()).collect();
+    let html = match &opts.html {
+        Some(path) => Some(HtmlReport::create(path, &names)?),
+        None => None,
+    };
+    let mut reports = Vec::with_capacity(set.inputs.len());
+    for mut inp in std::mem::take(&mut set.inputs) {
+        let mut spool = Spool::new(&inp.input, human);
+        spool.files = inp
+            .files
+            .take()
+            .map(|f| Arc::new(report::files::SetFiles(f)) as Arc<dyn report::files::FrameNames>);
+        let mut report = InputReport::new(&inp.input);
+        let problems = std::mem::take(&mut inp.problems);
+        if let Some((stats, sessions, messages, _)) = inp.end.take() {
+            report.stats = stats;
+            report.sessions = sessions;
+            report.messages = messages;
+        }
+        let stage = inp.replay(&mut reducer(opts, &mut spool));
+        report.stats.sessions_retired_early += stage.sessions_retired_early;
+        report
+            .messages
+            .extend(problems.into_iter().map(|p| (true, p)));
+        reports.push((report, spool));
+    }
+    write_report(
+        &set.messages,
+        reports,
+        html,
+        sessions_to_json,
+        opts,
+        out,
+        err,
+    )
 }
 
 /// The outcome of a whole run, for the exit status.
@@ -1534,54 +1745,23 @@ pub fn run<W: Write, E: Write>(
     } else {
         opts
     };
-    let mut plan = set::plan(inputs, opts.merge);
-    let planned = if opts.fleet {
-        let (inputs, warnings) = set::points(std::mem::take(&mut plan.inputs), max_block(opts));
-        plan.messages.extend(warnings);
-        inputs
-    } else {
-        std::mem::take(&mut plan.inputs)
-    };
-    let inputs: Vec<(Input, Vec<(bool, String)>)> = planned
-        .into_iter()
-        .map(|i| match i {
-            Input::Set(mut s) if !opts.fleet => {
-                let warnings = s.order_by_time(opts.limits.max_block_bytes);
-                (Input::Set(s), warnings)
-            }
-            one => (one, Vec::new()),
-        })
-        .collect();
+    let (plan_messages, inputs) = plan_inputs(inputs, opts);
     let names: Vec<String> = inputs.iter().map(|(i, _)| i.name()).collect();
-    let mut html = match &opts.html {
+    let html = match &opts.html {
         Some(path) => Some(HtmlReport::create(path, &names)?),
         None => None,
     };
+    // The map step and the reduce step of each input, in one process: the session events go
+    // straight from the one to the other.
     let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {
         let mut spool = Spool::new(&input.name(), human);
-        let mut report = match input {
-            Input::One(p) => analyze_path_into(p, o, &mut spool),
-            Input::Set(s) => {
-                spool.files = Some(Arc::new(report::files::SetFiles(
-                    s.members.iter().map(|p| p.display().to_string()).collect(),
-                )));
-                analyze_set_into(s, o, &mut spool)
-            }
-            Input::Points(points) => {
-                let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
-                let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
-                spool.files = Some(Arc::new(MergedNames(map)));
-                let mut report = analyze_merged_into(&input.name(), merged, o, &mut spool);
-                if let Ok(mut m) = messages.lock() {
-                    report.messages.append(&mut m);
-                }
-                report
-            }
-        };
+        let (input, files) = ready(input, o);
+        spool.files = files;
+        let mut report = map_input(input, o, &mut reducer(o, &mut spool));
         report.messages.splice(0..0, warnings.iter().cloned());
         (report, spool)
     };
-    let mut reports: Vec<(InputReport, Spool)> = if inputs.len() > 1 && opts.threads > 1 {
+    let reports: Vec<(InputReport, Spool)> = if inputs.len() > 1 && opts.threads > 1 {
         let per_input = Options {
             threads: 1,
             ..opts.clone()
@@ -1597,6 +1777,28 @@ pub fn run<W: Write, E: Write>(
     if let Some(bar) = &opts.progress {
         bar.finish();
     }
+    write_report(
+        &plan_messages,
+        reports,
+        html,
+        sessions_to_json,
+        opts,
+        out,
+        err,
+    )
+}
+
+/// Writes the whole report from every input's records: what the paths gave (`plan_messages`),
+/// then each input's lines, the summary, the HTML page and the account for a person.
+fn write_report<W: Write, E: Write>(
+    plan_messages: &[(bool, String)],
+    mut reports: Vec<(InputReport, Spool)>,
+    mut html: Option<HtmlReport>,
+    sessions_to_json: bool,
+    opts: &Options,
+    out: &mut W,
+    err: &mut E,
+) -> std::io::Result<RunOutcome> {
     let mut summary = Summary::new();
     let mut stats = InputStats::default();
     let mut outcome = RunOutcome {
@@ -1606,7 +1808,7 @@ pub fn run<W: Write, E: Write>(
     };
     // What the paths themselves gave: a directory that holds nothing to read is an input that
     // failed.
-    for (is_error, text) in &plan.messages {
+    for (is_error, text) in plan_messages {
         writeln!(
             err,
             "{}: {text}",

@@ -1003,6 +1003,19 @@ impl CoverageStats {
         self.name_servers();
     }
 
+    /// The (server, reason) tally behind `unread_servers`, whole (for the facts format).
+    pub fn server_tally(&self) -> impl Iterator<Item = (&str, &'static str, Tally)> {
+        self.servers
+            .iter()
+            .map(|((server, reason), t)| (server.as_str(), *reason, *t))
+    }
+
+    /// Adds to the (server, reason) tally (the facts reader gives back what
+    /// [`CoverageStats::server_tally`] gave).
+    pub fn add_server_tally(&mut self, server: String, reason: &'static str, t: Tally) {
+        self.servers.entry((server, reason)).or_default().add(t);
+    }
+
     /// Fills `unread_servers` from the tally: most bytes first, then by name.
     pub fn name_servers(&mut self) {
         let mut all: Vec<UnreadServer> = self

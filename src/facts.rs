@@ -1,0 +1,1319 @@
+//! The facts format: what the map step (packets → exchanges, per input) hands the reduce step
+//! (the session stage and the report), as versioned JSON Lines (docs/facts.md).
+//!
+//! Input (map side): the session stage's events of one input, in the order the stage takes
+//! them ([`FactSink`]), and the input's counters at its end. Output (reduce side): the same
+//! events given to the same [`Reducer`] that a single run uses, so a run and map + reduce
+//! cannot diverge.
+//! Invariants:
+//! - Every record names its input and carries its `seq` (its place among the input's
+//!   records); records that concern a session carry its `session_id`, the key a distributed
+//!   engine groups by. Any grouping or shuffling of the records is undone by sorting by
+//!   (input, seq).
+//! - Reading never trusts a size in the file: a line is read up to [`MAX_LINE_BYTES`], names
+//!   the code keeps (`reason`, counter names) are interned up to [`MAX_NAMES`] distinct ones,
+//!   and a bad line is an error naming the file and the line; the other lines are still read.
+//! - The mirror types below convert to and from the pipeline's own, field by field: a field
+//!   added to those fails the build here until the format says how it is carried.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, Read, Write};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::verdict::{Decision, LostRange, Verdict};
+use crate::audit::{self, Forensics, StageStats};
+use crate::driver::InputStats;
+use crate::exchange::{
+    ConnectionRef, ContentFact, ContentKind, DupId, ExchangeSummary, HeadTail, IdFact, IdSeen,
+    ListChangedFact, ProgressAt, ProgressTrack, ResumeRecord, ShapeTally, StreamSummary, TlsInfo,
+};
+use crate::net::decode::Endpoint;
+use crate::record::{BodyEnd, Mark};
+use crate::report::{CoverageStats, Tally};
+
+/// The `format` of the header record.
+pub const FORMAT: &str = "mcp-resume-audit-facts";
+/// The `version` of the header record; a reader refuses any other.
+pub const VERSION: u32 = 1;
+/// Longest line read; a longer one is an error (a summary's facts are capped far below).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+/// Distinct names interned from facts files (verdict reasons, counter names).
+pub const MAX_NAMES: usize = 4096;
+/// Longest name interned.
+const MAX_NAME_BYTES: usize = 1024;
+
+/// Takes the session stage's events of one input, in the order the stage takes them.
+pub trait FactSink: Send {
+    /// An exchange of session `sid` began on (connection, exchange) `key`.
+    fn opened(&mut self, sid: &str, key: (u64, u32));
+    /// Traffic that may carry MCP was not read.
+    fn unread(&mut self);
+    /// An exchange is over: its summary and its resume (when it is one).
+    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>);
+    /// A HAR document's exchanges, held whole.
+    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>);
+    /// The input is over.
+    fn finish(&mut self) -> StageStats;
+}
+
+/// The reduce step of one input: the session stage, its records going to `sink`.
+pub struct Reducer<'s> {
+    opts: audit::Options,
+    stage: Option<audit::Stage>,
+    sink: &'s mut dyn audit::Sink,
+}
+
+impl<'s> Reducer<'s> {
+    /// A stage run with `opts` and `retention`.
+    pub fn new(
+        opts: &audit::Options,
+        retention: audit::Retention,
+        sink: &'s mut dyn audit::Sink,
+    ) -> Self {
+        Reducer {
+            opts: opts.clone(),
+            stage: Some(audit::Stage::new(opts, retention)),
+            sink,
+        }
+    }
+}
+
+impl FactSink for Reducer<'_> {
+    fn opened(&mut self, sid: &str, key: (u64, u32)) {
+        if let Some(s) = self.stage.as_mut() {
+            s.opened(sid, key);
+        }
+    }
+    fn unread(&mut self) {
+        if let Some(s) = self.stage.as_mut() {
+            s.traffic_unread();
+        }
+    }
+    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>) {
+        if let Some(s) = self.stage.as_mut() {
+            s.exchange(Some(key), x, r, self.sink);
+        }
+    }
+    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+        let (resumes, out) = audit::analyze(resumes, xs, &self.opts);
+        for r in resumes {
+            self.sink.resume(r);
+        }
+        for f in out.findings {
+            self.sink.finding(f);
+        }
+        for v in out.views {
+            self.sink.view(v);
+        }
+    }
+    fn finish(&mut self) -> StageStats {
+        match self.stage.take() {
+            Some(s) => s.finish(self.sink),
+            None => StageStats::default(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records.
+
+/// The first line of every facts file.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+}
+
+/// One line after the header.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Fact {
+    /// An input begins: the files it is made of (a set), when several.
+    Input {
+        input: String,
+        seq: u64,
+        files: Option<Vec<String>>,
+    },
+    Opened {
+        input: String,
+        seq: u64,
+        session_id: String,
+        stream: u64,
+        exchange: u32,
+    },
+    Unread {
+        input: String,
+        seq: u64,
+    },
+    Ended {
+        input: String,
+        seq: u64,
+        session_id: Option<String>,
+        stream: u64,
+        exchange: u32,
+        summary: Option<Box<XSummary>>,
+        resume: Option<Box<XResume>>,
+    },
+    Har {
+        input: String,
+        seq: u64,
+        session_id: Option<String>,
+        summary: Option<Box<XSummary>>,
+        resume: Option<Box<XResume>>,
+    },
+    /// The input is over: its counters, session hashes and messages.
+    InputEnd {
+        input: String,
+        seq: u64,
+        stats: Box<XStats>,
+        sessions: Vec<u64>,
+        messages: Vec<(bool, String)>,
+    },
+}
+
+impl Fact {
+    fn input(&self) -> &str {
+        match self {
+            Fact::Input { input, .. }
+            | Fact::Opened { input, .. }
+            | Fact::Unread { input, .. }
+            | Fact::Ended { input, .. }
+            | Fact::Har { input, .. }
+            | Fact::InputEnd { input, .. } => input,
+        }
+    }
+    fn seq(&self) -> u64 {
+        match self {
+            Fact::Input { seq, .. }
+            | Fact::Opened { seq, .. }
+            | Fact::Unread { seq, .. }
+            | Fact::Ended { seq, .. }
+            | Fact::Har { seq, .. }
+            | Fact::InputEnd { seq, .. } => *seq,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interning: names the pipeline keeps as `&'static str`.
+
+static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+
+/// The `&'static str` for `s`: one of the pipeline's own names, or one leaked once per
+/// distinct name up to [`MAX_NAMES`].
+fn intern(s: &str) -> Result<&'static str, String> {
+    let mut g = NAMES
+        .lock()
+        .map_err(|_| "name table poisoned".to_string())?;
+    let set = g.get_or_insert_with(HashSet::new);
+    if let Some(k) = set.get(s) {
+        return Ok(k);
+    }
+    if s.len() > MAX_NAME_BYTES || set.len() >= MAX_NAMES {
+        return Err(format!(
+            "too many distinct names (or one too long) in facts: {:.60}",
+            s
+        ));
+    }
+    let k: &'static str = Box::leak(s.to_string().into_boxed_str());
+    set.insert(k);
+    Ok(k)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mirror types.
+
+type M = (u64, i64);
+
+fn m(x: Mark) -> M {
+    (x.frame, x.time_ns)
+}
+fn um(x: M) -> Mark {
+    Mark::new(x.0, x.1)
+}
+
+#[derive(Serialize, Deserialize)]
+struct XEndpoint(String, u16);
+
+impl XEndpoint {
+    fn of(e: &Endpoint) -> Self {
+        XEndpoint(e.ip.to_string(), e.port)
+    }
+    fn back(&self) -> Result<Endpoint, String> {
+        let ip: IpAddr = self
+            .0
+            .parse()
+            .map_err(|_| format!("bad IP address {:?}", self.0))?;
+        Ok(Endpoint { ip, port: self.1 })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XTls {
+    version: Option<String>,
+    cipher: Option<String>,
+    sni: Option<String>,
+    alpn: Option<String>,
+    keys: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct XConn {
+    tcp_stream: Option<u64>,
+    client: Option<XEndpoint>,
+    server: Option<XEndpoint>,
+    har_entry: Option<u64>,
+    tls: Option<XTls>,
+}
+
+impl XConn {
+    fn of(c: &ConnectionRef) -> Self {
+        XConn {
+            tcp_stream: c.tcp_stream,
+            client: c.client.as_ref().map(XEndpoint::of),
+            server: c.server.as_ref().map(XEndpoint::of),
+            har_entry: c.har_entry,
+            tls: c.tls.as_ref().map(|t| XTls {
+                version: t.version.clone(),
+                cipher: t.cipher.clone(),
+                sni: t.sni.clone(),
+                alpn: t.alpn.clone(),
+                keys: t.keys.clone(),
+            }),
+        }
+    }
+    fn back(self) -> Result<ConnectionRef, String> {
+        Ok(ConnectionRef {
+            tcp_stream: self.tcp_stream,
+            client: self.client.map(|e| e.back()).transpose()?,
+            server: self.server.map(|e| e.back()).transpose()?,
+            har_entry: self.har_entry,
+            tls: self.tls.map(|t| {
+                Arc::new(TlsInfo {
+                    version: t.version,
+                    cipher: t.cipher,
+                    sni: t.sni,
+                    alpn: t.alpn,
+                    keys: t.keys,
+                })
+            }),
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XSeen(String, M, u64);
+
+fn seen(s: &IdSeen) -> XSeen {
+    XSeen(s.text.clone(), m(s.mark), s.id_index)
+}
+fn unseen(s: XSeen) -> IdSeen {
+    IdSeen {
+        text: s.0,
+        mark: um(s.1),
+        id_index: s.2,
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XIdFact {
+    hash: u64,
+    mark: M,
+    event: u64,
+    id_index: u64,
+    priming: bool,
+    integer: bool,
+    start: M,
+    key: u64,
+    key_len: u32,
+    text: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct XContent {
+    hash: u64,
+    kind: u8,
+    rpc_id: Option<u64>,
+    mark: M,
+    event: u64,
+    event_id: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct XAt(f64, M);
+
+fn at(p: &ProgressAt) -> XAt {
+    XAt(p.value, m(p.mark))
+}
+fn unat(p: XAt) -> ProgressAt {
+    ProgressAt {
+        value: p.0,
+        mark: um(p.1),
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XProgress {
+    token: u64,
+    token_text: String,
+    first: XAt,
+    last: XAt,
+    max: XAt,
+    regressed: Option<(XAt, XAt)>,
+}
+
+/// `ListChangedFact`: method, mark, event id (its hash and text).
+type XListChanged = (String, M, Option<(u64, String)>);
+
+#[derive(Serialize, Deserialize)]
+struct XStream {
+    events: u64,
+    ids: u64,
+    priming: u64,
+    first_id: Option<XSeen>,
+    last_id: Option<XSeen>,
+    max_int_id: Option<XSeen>,
+    id_facts: Vec<XIdFact>,
+    id_facts_dropped: u64,
+    content: Vec<XContent>,
+    content_dropped: u64,
+    progress: Vec<XProgress>,
+    list_changed: Vec<XListChanged>,
+    retry: Vec<(u64, M)>,
+    resume_ack: Option<(String, M)>,
+    shapes: Vec<(u8, String, String, u32, u32, u32)>,
+    keys: Vec<u64>,
+    dup_ids: Vec<(String, M, M)>,
+    gaps: u64,
+    endpoint_session: Option<String>,
+    facts_dropped: u64,
+}
+
+fn kind_no(k: ContentKind) -> u8 {
+    match k {
+        ContentKind::Response => 0,
+        ContentKind::Request => 1,
+        ContentKind::Progress => 2,
+    }
+}
+
+fn kind_of(n: u8) -> Result<ContentKind, String> {
+    Ok(match n {
+        0 => ContentKind::Response,
+        1 => ContentKind::Request,
+        2 => ContentKind::Progress,
+        _ => return Err(format!("unknown content kind {n}")),
+    })
+}
+
+impl XStream {
+    fn of(s: &StreamSummary) -> Self {
+        XStream {
+            events: s.events,
+            ids: s.ids,
+            priming: s.priming,
+            first_id: s.first_id.as_ref().map(seen),
+            last_id: s.last_id.as_ref().map(seen),
+            max_int_id: s.max_int_id.as_ref().map(seen),
+            id_facts: s
+                .id_facts
+                .iter()
+                .map(|f| XIdFact {
+                    hash: f.hash,
+                    mark: m(f.mark),
+                    event: f.event,
+                    id_index: f.id_index,
+                    priming: f.priming,
+                    integer: f.integer,
+                    start: m(f.start),
+                    key: f.key,
+                    key_len: f.key_len,
+                    text: f.text.as_deref().map(str::to_string),
+                })
+                .collect(),
+            id_facts_dropped: s.id_facts.dropped,
+            content: s
+                .content
+                .iter()
+                .map(|c| XContent {
+                    hash: c.hash,
+                    kind: kind_no(c.kind),
+                    rpc_id: c.rpc_id,
+                    mark: m(c.mark),
+                    event: c.event,
+                    event_id: c.event_id,
+                })
+                .collect(),
+            content_dropped: s.content.dropped,
+            progress: s
+                .progress
+                .iter()
+                .map(|p| XProgress {
+                    token: p.token,
+                    token_text: p.token_text.clone(),
+                    first: at(&p.first),
+                    last: at(&p.last),
+                    max: at(&p.max),
+                    regressed: p.regressed.as_ref().map(|(a, b)| (at(a), at(b))),
+                })
+                .collect(),
+            list_changed: s
+                .list_changed
+                .iter()
+                .map(|l| (l.method.clone(), m(l.mark), l.event_id.clone()))
+                .collect(),
+            retry: s.retry.iter().map(|(v, k)| (*v, m(*k))).collect(),
+            resume_ack: s.resume_ack.as_ref().map(|(t, k)| (t.clone(), m(*k))),
+            shapes: s
+                .shapes
+                .iter()
+                .map(|t| {
+                    (
+                        t.k,
+                        t.prefix.clone(),
+                        t.suffix.clone(),
+                        t.support,
+                        t.breaks,
+                        t.skips,
+                    )
+                })
+                .collect(),
+            keys: s.keys.clone(),
+            dup_ids: s
+                .dup_ids
+                .iter()
+                .map(|d| (d.text.clone(), m(d.first), m(d.again)))
+                .collect(),
+            gaps: s.gaps,
+            endpoint_session: s.endpoint_session.clone(),
+            facts_dropped: s.facts_dropped,
+        }
+    }
+
+    fn back(self) -> Result<StreamSummary, String> {
+        let mut id_facts = HeadTail::default();
+        for f in self.id_facts {
+            id_facts.push(IdFact {
+                hash: f.hash,
+                mark: um(f.mark),
+                event: f.event,
+                id_index: f.id_index,
+                priming: f.priming,
+                integer: f.integer,
+                start: um(f.start),
+                key: f.key,
+                key_len: f.key_len,
+                text: f.text.map(String::into_boxed_str),
+            });
+        }
+        id_facts.dropped += self.id_facts_dropped;
+        let mut content = HeadTail::default();
+        for c in self.content {
+            content.push(ContentFact {
+                hash: c.hash,
+                kind: kind_of(c.kind)?,
+                rpc_id: c.rpc_id,
+                mark: um(c.mark),
+                event: c.event,
+                event_id: c.event_id,
+            });
+        }
+        content.dropped += self.content_dropped;
+        Ok(StreamSummary {
+            events: self.events,
+            ids: self.ids,
+            priming: self.priming,
+            first_id: self.first_id.map(unseen),
+            last_id: self.last_id.map(unseen),
+            max_int_id: self.max_int_id.map(unseen),
+            id_facts,
+            content,
+            progress: self
+                .progress
+                .into_iter()
+                .map(|p| ProgressTrack {
+                    token: p.token,
+                    token_text: p.token_text,
+                    first: unat(p.first),
+                    last: unat(p.last),
+                    max: unat(p.max),
+                    regressed: p.regressed.map(|(a, b)| (unat(a), unat(b))),
+                })
+                .collect(),
+            list_changed: self
+                .list_changed
+                .into_iter()
+                .map(|(method, mark, event_id)| ListChangedFact {
+                    method,
+                    mark: um(mark),
+                    event_id,
+                })
+                .collect(),
+            retry: self.retry.into_iter().map(|(v, k)| (v, um(k))).collect(),
+            resume_ack: self.resume_ack.map(|(t, k)| (t, um(k))),
+            shapes: self
+                .shapes
+                .into_iter()
+                .map(|(k, prefix, suffix, support, breaks, skips)| ShapeTally {
+                    k,
+                    prefix,
+                    suffix,
+                    support,
+                    breaks,
+                    skips,
+                })
+                .collect(),
+            keys: self.keys,
+            dup_ids: self
+                .dup_ids
+                .into_iter()
+                .map(|(text, first, again)| DupId {
+                    text,
+                    first: um(first),
+                    again: um(again),
+                })
+                .collect(),
+            gaps: self.gaps,
+            endpoint_session: self.endpoint_session,
+            facts_dropped: self.facts_dropped,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XSummary {
+    connection: XConn,
+    exchange: u32,
+    session_id: Option<String>,
+    method: Option<String>,
+    target: Option<String>,
+    last_event_id: Option<String>,
+    protocol_version: Option<String>,
+    request: Option<M>,
+    status: Option<u16>,
+    response: Option<M>,
+    event_stream: bool,
+    end: Option<(BodyEnd, M)>,
+    stream: Option<XStream>,
+    opens_session: bool,
+}
+
+impl XSummary {
+    fn of(x: &ExchangeSummary) -> Self {
+        XSummary {
+            connection: XConn::of(&x.connection),
+            exchange: x.exchange,
+            session_id: x.session_id.clone(),
+            method: x.method.clone(),
+            target: x.target.clone(),
+            last_event_id: x.last_event_id.clone(),
+            protocol_version: x.protocol_version.clone(),
+            request: x.request.map(m),
+            status: x.status,
+            response: x.response.map(m),
+            event_stream: x.event_stream,
+            end: x.end.map(|(e, k)| (e, m(k))),
+            stream: x.stream.as_deref().map(XStream::of),
+            opens_session: x.opens_session,
+        }
+    }
+    fn back(self) -> Result<ExchangeSummary, String> {
+        Ok(ExchangeSummary {
+            connection: self.connection.back()?,
+            exchange: self.exchange,
+            session_id: self.session_id,
+            method: self.method,
+            target: self.target,
+            last_event_id: self.last_event_id,
+            protocol_version: self.protocol_version,
+            request: self.request.map(um),
+            status: self.status,
+            response: self.response.map(um),
+            event_stream: self.event_stream,
+            end: self.end.map(|(e, k)| (e, um(k))),
+            stream: self.stream.map(|s| s.back().map(Box::new)).transpose()?,
+            opens_session: self.opens_session,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct XResume {
+    session_id: Option<String>,
+    verdict: String,
+    reason: String,
+    lost: Option<(String, String, Option<u64>)>,
+    replayed_count: Option<u64>,
+    last_event_id: String,
+    first_event_id: Option<String>,
+    first_id_after_gap: Option<String>,
+    first_event_id_truncated: bool,
+    method: String,
+    target: String,
+    protocol_version: Option<String>,
+    request: M,
+    status: Option<u16>,
+    content_type: Option<String>,
+    response: Option<M>,
+    first_event: Option<M>,
+    events_before_first_id: u64,
+    stream_events: u64,
+    resent_ids: u64,
+    stream_end: Option<BodyEnd>,
+    last_proof: M,
+    connection: XConn,
+    exchange: u32,
+    h2_stream: Option<u32>,
+    priming_ack: Option<M>,
+    resume_ack: Option<(String, M)>,
+    retry: Vec<(u64, M)>,
+    ids_opaque: bool,
+}
+
+impl XResume {
+    /// `None` when the session stage has already filled its forensics: the map step never
+    /// has.
+    fn of(r: &ResumeRecord) -> Option<Self> {
+        if r.forensic != Forensics::default() {
+            return None;
+        }
+        Some(XResume {
+            session_id: r.session_id.clone(),
+            verdict: r.decision.verdict.as_str().to_string(),
+            reason: r.decision.reason.to_string(),
+            lost: r
+                .decision
+                .lost
+                .as_ref()
+                .map(|l| (l.from.clone(), l.to.clone(), l.count)),
+            replayed_count: r.decision.replayed_count,
+            last_event_id: r.last_event_id.clone(),
+            first_event_id: r.first_event_id.clone(),
+            first_id_after_gap: r.first_id_after_gap.clone(),
+            first_event_id_truncated: r.first_event_id_truncated,
+            method: r.method.clone(),
+            target: r.target.clone(),
+            protocol_version: r.protocol_version.clone(),
+            request: m(r.request),
+            status: r.status,
+            content_type: r.content_type.clone(),
+            response: r.response.map(m),
+            first_event: r.first_event.map(m),
+            events_before_first_id: r.events_before_first_id,
+            stream_events: r.stream_events,
+            resent_ids: r.resent_ids,
+            stream_end: r.stream_end,
+            last_proof: m(r.last_proof),
+            connection: XConn::of(&r.connection),
+            exchange: r.exchange,
+            h2_stream: r.h2_stream,
+            priming_ack: r.priming_ack.map(m),
+            resume_ack: r.resume_ack.as_ref().map(|(t, k)| (t.clone(), m(*k))),
+            retry: r.retry.iter().map(|(v, k)| (*v, m(*k))).collect(),
+            ids_opaque: r.ids_opaque,
+        })
+    }
+
+    fn back(self) -> Result<ResumeRecord, String> {
+        let verdict = Verdict::ALL
+            .into_iter()
+            .find(|v| v.as_str() == self.verdict)
+            .ok_or_else(|| format!("unknown verdict {:?}", self.verdict))?;
+        Ok(ResumeRecord {
+            session_id: self.session_id,
+            decision: Decision {
+                verdict,
+                reason: intern(&self.reason)?,
+                lost: self
+                    .lost
+                    .map(|(from, to, count)| LostRange { from, to, count }),
+                replayed_count: self.replayed_count,
+            },
+            last_event_id: self.last_event_id,
+            first_event_id: self.first_event_id,
+            first_id_after_gap: self.first_id_after_gap,
+            first_event_id_truncated: self.first_event_id_truncated,
+            method: self.method,
+            target: self.target,
+            protocol_version: self.protocol_version,
+            request: um(self.request),
+            status: self.status,
+            content_type: self.content_type,
+            response: self.response.map(um),
+            first_event: self.first_event.map(um),
+            events_before_first_id: self.events_before_first_id,
+            stream_events: self.stream_events,
+            resent_ids: self.resent_ids,
+            stream_end: self.stream_end,
+            last_proof: um(self.last_proof),
+            connection: self.connection.back()?,
+            exchange: self.exchange,
+            h2_stream: self.h2_stream,
+            priming_ack: self.priming_ack.map(um),
+            resume_ack: self.resume_ack.map(|(t, k)| (t, um(k))),
+            retry: self.retry.into_iter().map(|(v, k)| (v, um(k))).collect(),
+            ids_opaque: self.ids_opaque,
+            forensic: Forensics::default(),
+        })
+    }
+}
+
+type XTally = (u64, u64);
+
+#[derive(Serialize, Deserialize)]
+struct XCoverage {
+    read: BTreeMap<String, XTally>,
+    empty: u64,
+    unread: BTreeMap<String, XTally>,
+    ignored: XTally,
+    h2_headers_unreadable: u64,
+    tls_rest_unreadable: u64,
+    packets_cut: u64,
+    snap_length: Option<u64>,
+    servers: Vec<(String, String, XTally)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct XStats {
+    packets: u64,
+    skipped: BTreeMap<String, u64>,
+    tcp_connections: u64,
+    http_exchanges: u64,
+    tcp_gaps: u64,
+    tcp_gap_bytes: u64,
+    out_of_order_overflows: u64,
+    connections_evicted: u64,
+    anomalies: BTreeMap<String, u64>,
+    facts_dropped: u64,
+    exchanges_not_audited: u64,
+    sessions_retired_early: u64,
+    coverage: XCoverage,
+}
+
+fn tally(t: &Tally) -> XTally {
+    (t.connections, t.bytes)
+}
+fn untally(t: XTally) -> Tally {
+    Tally {
+        connections: t.0,
+        bytes: t.1,
+    }
+}
+
+impl XStats {
+    fn of(s: &InputStats) -> Self {
+        let c = &s.coverage;
+        XStats {
+            packets: s.packets,
+            skipped: s.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            tcp_connections: s.tcp_connections,
+            http_exchanges: s.http_exchanges,
+            tcp_gaps: s.tcp_gaps,
+            tcp_gap_bytes: s.tcp_gap_bytes,
+            out_of_order_overflows: s.out_of_order_overflows,
+            connections_evicted: s.connections_evicted,
+            anomalies: s.anomalies.clone(),
+            facts_dropped: s.facts_dropped,
+            exchanges_not_audited: s.exchanges_not_audited,
+            sessions_retired_early: s.sessions_retired_early,
+            coverage: XCoverage {
+                read: c
+                    .read
+                    .iter()
+                    .map(|(k, t)| (k.to_string(), tally(t)))
+                    .collect(),
+                empty: c.empty,
+                unread: c
+                    .unread
+                    .iter()
+                    .map(|(k, t)| (k.to_string(), tally(t)))
+                    .collect(),
+                ignored: tally(&c.ignored),
+                h2_headers_unreadable: c.h2_headers_unreadable,
+                tls_rest_unreadable: c.tls_rest_unreadable,
+                packets_cut: c.packets_cut,
+                snap_length: c.snap_length,
+                servers: c
+                    .server_tally()
+                    .map(|(s, r, t)| (s.to_string(), r.to_string(), tally(&t)))
+                    .collect(),
+            },
+        }
+    }
+
+    fn back(self) -> Result<InputStats, String> {
+        let c = self.coverage;
+        let mut coverage = CoverageStats::default();
+        coverage.empty = c.empty;
+        coverage.ignored = untally(c.ignored);
+        coverage.h2_headers_unreadable = c.h2_headers_unreadable;
+        coverage.tls_rest_unreadable = c.tls_rest_unreadable;
+        coverage.packets_cut = c.packets_cut;
+        coverage.snap_length = c.snap_length;
+        for (k, t) in c.read {
+            coverage.read.insert(intern(&k)?, untally(t));
+        }
+        for (k, t) in c.unread {
+            coverage.unread.insert(intern(&k)?, untally(t));
+        }
+        for (s, r, t) in c.servers {
+            coverage.add_server_tally(s, intern(&r)?, untally(t));
+        }
+        let mut skipped = BTreeMap::new();
+        for (k, v) in self.skipped {
+            skipped.insert(intern(&k)?, v);
+        }
+        Ok(InputStats {
+            packets: self.packets,
+            skipped,
+            tcp_connections: self.tcp_connections,
+            http_exchanges: self.http_exchanges,
+            tcp_gaps: self.tcp_gaps,
+            tcp_gap_bytes: self.tcp_gap_bytes,
+            out_of_order_overflows: self.out_of_order_overflows,
+            connections_evicted: self.connections_evicted,
+            anomalies: self.anomalies,
+            facts_dropped: self.facts_dropped,
+            exchanges_not_audited: self.exchanges_not_audited,
+            sessions_retired_early: self.sessions_retired_early,
+            coverage,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing.
+
+/// The map step's output: writes the facts of one input after another to `out`.
+pub struct FactsWriter<W: Write + Send> {
+    out: W,
+    input: String,
+    seq: u64,
+    /// The first write error; later writes are skipped.
+    pub error: Option<std::io::Error>,
+}
+
+impl<W: Write + Send> FactsWriter<W> {
+    /// Writes the header record.
+    pub fn new(mut out: W) -> Self {
+        let header = Header {
+            format: FORMAT.to_string(),
+            version: VERSION,
+        };
+        let error = serde_json::to_writer(&mut out, &header)
+            .map_err(std::io::Error::other)
+            .and_then(|_| out.write_all(b"\n"))
+            .err();
+        FactsWriter {
+            out,
+            input: String::new(),
+            seq: 0,
+            error,
+        }
+    }
+
+    fn put(&mut self, f: &Fact) {
+        if self.error.is_some() {
+            return;
+        }
+        self.seq += 1;
+        let r = serde_json::to_writer(&mut self.out, f)
+            .map_err(std::io::Error::other)
+            .and_then(|_| self.out.write_all(b"\n"));
+        if let Err(e) = r {
+            self.error = Some(e);
+        }
+    }
+
+    /// An input begins; `files` are its files when it is a set.
+    pub fn begin(&mut self, input: &str, files: Option<Vec<String>>) {
+        self.input = input.to_string();
+        self.seq = 0;
+        let f = Fact::Input {
+            input: self.input.clone(),
+            seq: 0,
+            files,
+        };
+        self.put(&f);
+    }
+
+    /// The input is over: its counters, the hashes of its sessions, its messages.
+    pub fn end(
+        &mut self,
+        stats: &InputStats,
+        sessions: &std::collections::BTreeSet<u64>,
+        messages: &[(bool, String)],
+    ) {
+        let f = Fact::InputEnd {
+            input: self.input.clone(),
+            seq: self.seq,
+            stats: Box::new(XStats::of(stats)),
+            sessions: sessions.iter().copied().collect(),
+            messages: messages.to_vec(),
+        };
+        self.put(&f);
+    }
+
+    /// Flushes and gives the writer back, or the first error.
+    pub fn into_inner(mut self) -> std::io::Result<W> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write + Send> FactSink for FactsWriter<W> {
+    fn opened(&mut self, sid: &str, key: (u64, u32)) {
+        let f = Fact::Opened {
+            input: self.input.clone(),
+            seq: self.seq,
+            session_id: sid.to_string(),
+            stream: key.0,
+            exchange: key.1,
+        };
+        self.put(&f);
+    }
+    fn unread(&mut self) {
+        let f = Fact::Unread {
+            input: self.input.clone(),
+            seq: self.seq,
+        };
+        self.put(&f);
+    }
+    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>) {
+        let session_id = x
+            .as_ref()
+            .and_then(|x| x.session_id.clone())
+            .or_else(|| r.as_ref().and_then(|r| r.session_id.clone()));
+        let f = Fact::Ended {
+            input: self.input.clone(),
+            seq: self.seq,
+            session_id,
+            stream: key.0,
+            exchange: key.1,
+            summary: x.as_ref().map(|x| Box::new(XSummary::of(x))),
+            resume: r.as_ref().and_then(XResume::of).map(Box::new),
+        };
+        self.put(&f);
+    }
+    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+        for x in &xs {
+            let f = Fact::Har {
+                input: self.input.clone(),
+                seq: self.seq,
+                session_id: x.session_id.clone(),
+                summary: Some(Box::new(XSummary::of(x))),
+                resume: None,
+            };
+            self.put(&f);
+        }
+        for r in &resumes {
+            let f = Fact::Har {
+                input: self.input.clone(),
+                seq: self.seq,
+                session_id: r.session_id.clone(),
+                summary: None,
+                resume: XResume::of(r).map(Box::new),
+            };
+            self.put(&f);
+        }
+    }
+    fn finish(&mut self) -> StageStats {
+        StageStats::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading.
+
+/// The facts of one input, read back and put in order.
+#[derive(Default)]
+pub struct InputFacts {
+    /// The input's name.
+    pub input: String,
+    /// Its files, when it is a set.
+    pub files: Option<Vec<String>>,
+    events: Vec<(u64, Event)>,
+    /// Counters, session hashes and messages, from its `input_end` record.
+    pub end: Option<InputEnd>,
+    /// Problems of the facts themselves (a missing `input_end`, a record given twice).
+    pub problems: Vec<String>,
+    /// The facts file its first record came from, as messages cite it.
+    source: String,
+}
+
+/// What an `input_end` record holds: counters, session hashes, messages, and its `seq`.
+pub type InputEnd = (
+    InputStats,
+    std::collections::BTreeSet<u64>,
+    Vec<(bool, String)>,
+    u64,
+);
+
+enum Event {
+    Opened(String, (u64, u32)),
+    Unread,
+    Ended((u64, u32), Option<ExchangeSummary>, Option<ResumeRecord>),
+    Har(Option<ExchangeSummary>, Option<ResumeRecord>),
+}
+
+impl InputFacts {
+    /// Gives the input's events to `sink` in their order, then finishes it.
+    pub fn replay(self, sink: &mut dyn FactSink) -> StageStats {
+        let mut har_x = Vec::new();
+        let mut har_r = Vec::new();
+        let mut har = false;
+        for (_, e) in self.events {
+            match e {
+                Event::Opened(sid, key) => sink.opened(&sid, key),
+                Event::Unread => sink.unread(),
+                Event::Ended(key, x, r) => sink.ended(key, x, r),
+                Event::Har(x, r) => {
+                    har = true;
+                    har_x.extend(x);
+                    har_r.extend(r);
+                }
+            }
+        }
+        if har {
+            sink.har(har_r, har_x);
+        }
+        sink.finish()
+    }
+}
+
+/// Every input's facts read from facts files, in the order inputs first appear; messages
+/// (`FILE: line N: ...`) for what could not be read.
+#[derive(Default)]
+pub struct FactsSet {
+    /// The inputs.
+    pub inputs: Vec<InputFacts>,
+    /// `(is_error, text)`, each naming the file (and line).
+    pub messages: Vec<(bool, String)>,
+}
+
+impl FactsSet {
+    /// Reads one facts file from `src`; `name` is how messages cite it.
+    pub fn read<R: BufRead>(&mut self, name: &str, mut src: R) {
+        let mut line = Vec::new();
+        let mut no = 0u64;
+        let mut header = false;
+        loop {
+            line.clear();
+            let got = match (&mut src)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    self.error(format!("{name}: line {}: read error: {e}", no + 1));
+                    return;
+                }
+            };
+            if got == 0 {
+                break;
+            }
+            no += 1;
+            if line.len() > MAX_LINE_BYTES {
+                self.error(format!(
+                    "{name}: line {no}: longer than {MAX_LINE_BYTES} bytes; the rest of the file is not read"
+                ));
+                return;
+            }
+            if line.last() != Some(&b'\n') {
+                self.error(format!(
+                    "{name}: line {no}: cut short (no end of line); the line is not read"
+                ));
+                break;
+            }
+            let text = &line[..line.len() - 1];
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if !header {
+                match serde_json::from_slice::<Header>(text) {
+                    Ok(h) if h.format == FORMAT && h.version == VERSION => header = true,
+                    Ok(h) if h.format == FORMAT => {
+                        self.error(format!(
+                            "{name}: line {no}: facts version {} (this program reads version {VERSION}); the file is not read",
+                            h.version
+                        ));
+                        return;
+                    }
+                    _ => {
+                        self.error(format!(
+                            "{name}: line {no}: not a facts file (no {{\"format\":\"{FORMAT}\",\"version\":{VERSION}}} header); the file is not read"
+                        ));
+                        return;
+                    }
+                }
+                continue;
+            }
+            // A shuffled file may repeat the header (one per part concatenated).
+            if serde_json::from_slice::<Header>(text).is_ok() {
+                continue;
+            }
+            let fact: Fact = match serde_json::from_slice(text) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.error(format!("{name}: line {no}: {e}; the line is not read"));
+                    continue;
+                }
+            };
+            if let Err(e) = self.add(name, fact) {
+                self.error(format!("{name}: line {no}: {e}; the line is not read"));
+            }
+        }
+        if !header && no == 0 {
+            self.error(format!("{name}: empty: not a facts file"));
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        self.messages.push((true, text));
+    }
+
+    fn add(&mut self, source: &str, fact: Fact) -> Result<(), String> {
+        let i = match self.inputs.iter().position(|f| f.input == fact.input()) {
+            Some(i) => i,
+            None => {
+                self.inputs.push(InputFacts {
+                    input: fact.input().to_string(),
+                    source: source.to_string(),
+                    ..InputFacts::default()
+                });
+                self.inputs.len() - 1
+            }
+        };
+        let seq = fact.seq();
+        let inp = &mut self.inputs[i];
+        let event = match fact {
+            Fact::Input { files, .. } => {
+                inp.files = files;
+                return Ok(());
+            }
+            Fact::InputEnd {
+                stats,
+                sessions,
+                messages,
+                seq,
+                ..
+            } => {
+                if inp.end.is_some() {
+                    return Err(format!("input {:?}: a second input_end record", inp.input));
+                }
+                inp.end = Some((stats.back()?, sessions.into_iter().collect(), messages, seq));
+                return Ok(());
+            }
+            Fact::Opened {
+                session_id,
+                stream,
+                exchange,
+                ..
+            } => Event::Opened(session_id, (stream, exchange)),
+            Fact::Unread { .. } => Event::Unread,
+            Fact::Ended {
+                stream,
+                exchange,
+                summary,
+                resume,
+                ..
+            } => Event::Ended(
+                (stream, exchange),
+                summary.map(|x| x.back()).transpose()?,
+                resume.map(|r| r.back()).transpose()?,
+            ),
+            Fact::Har {
+                summary, resume, ..
+            } => Event::Har(
+                summary.map(|x| x.back()).transpose()?,
+                resume.map(|r| r.back()).transpose()?,
+            ),
+        };
+        inp.events.push((seq, event));
+        Ok(())
+    }
+
+    /// Puts every input's events in their order, and notes what is missing or doubled.
+    pub fn finish(&mut self) {
+        for inp in &mut self.inputs {
+            inp.events.sort_by_key(|(s, _)| *s);
+            let before = inp.events.len();
+            inp.events.dedup_by_key(|(s, _)| *s);
+            if inp.events.len() != before {
+                inp.problems.push(format!(
+                    "{}: input {}: {} record(s) given twice, read once",
+                    inp.source,
+                    inp.input,
+                    before - inp.events.len()
+                ));
+            }
+            match &inp.end {
+                None => inp.problems.push(format!(
+                    "{}: input {}: no input_end record (the facts are cut short); its counters are missing",
+                    inp.source,
+                    inp.input
+                )),
+                Some((_, _, _, end)) if *end != inp.events.len() as u64 + 1 => {
+                    inp.problems.push(format!(
+                        "{}: input {}: {} event record(s) where the input_end record counts {}; the report is made from those read",
+                        inp.source,
+                        inp.input,
+                        inp.events.len(),
+                        end.saturating_sub(1)
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_facts_are_interned_once_and_bounded() {
+        let a = intern("a reason read from facts").unwrap();
+        let b = intern("a reason read from facts").unwrap();
+        assert!(std::ptr::eq(a, b), "one copy per distinct name");
+        assert!(intern(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+        // A file of ever-new names stops being interned at the bound instead of leaking.
+        let refused = (0..MAX_NAMES + 10)
+            .filter(|i| intern(&format!("name {i}")).is_err())
+            .count();
+        assert!(refused >= 10, "{refused}");
+        // Names already known are still found.
+        assert!(intern("a reason read from facts").is_ok());
+    }
+
+    #[test]
+    fn a_record_that_is_not_whole_is_an_error_for_its_line() {
+        let mut set = FactsSet::default();
+        let text = format!(
+            "{{\"format\":\"{FORMAT}\",\"version\":{VERSION}}}\n\
+             {{\"t\":\"unread\",\"input\":\"i\",\"seq\":1}}\n\
+             {{\"t\":\"har\",\"input\":\"i\",\"seq\":2,\"session_id\":null,\"summary\":null,\
+             \"resume\":{{\"verdict\":\"fine\"}}}}\n"
+        );
+        set.read("f.jsonl", text.as_bytes());
+        set.finish();
+        assert_eq!(set.inputs.len(), 1);
+        assert!(
+            set.messages
+                .iter()
+                .any(|(e, m)| *e && m.starts_with("f.jsonl: line 3: ")),
+            "{:?}",
+            set.messages
+        );
+        // The good line was read; the input's missing end is said.
+        assert_eq!(set.inputs[0].events.len(), 1);
+        assert!(set.inputs[0].problems[0].contains("no input_end record"));
+    }
+}
