@@ -492,19 +492,9 @@ impl report::files::FrameNames for MergedNames {
 /// A file of a set, decompressed when it is compressed.
 fn open_member(path: &Path) -> Result<Box<dyn Read>, String> {
     let name = path.display();
-    let mut f = File::open(path).map_err(|e| format!("{name}: cannot open: {e}"))?;
-    let mut head = [0u8; 8];
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("{name}: offset {got}: read error: {e}")),
-        }
-    }
-    let src = std::io::Cursor::new(head[..got].to_vec()).chain(f);
-    Ok(match Codec::sniff(&head[..got]) {
+    let (codec, src) =
+        crate::input::compressed::open_sniffed(path).map_err(|e| format!("{name}: {e}"))?;
+    Ok(match codec {
         Some(codec) => Box::new(Decompressed {
             codec,
             src: codec.decoder(src),
@@ -1615,6 +1605,31 @@ pub fn map_run<W: Write + Send, E: Write>(
     Ok(outcome)
 }
 
+/// The options a run works with: the page draws every session's timeline, so it needs the
+/// session views even when the JSON Lines do not print them (the report's tee keeps them out
+/// of the JSON Lines then).
+fn with_views_for_html(opts: &Options) -> std::borrow::Cow<'_, Options> {
+    if opts.html.is_some() && !opts.forensic.views {
+        std::borrow::Cow::Owned(Options {
+            forensic: audit::Options {
+                views: true,
+                ..opts.forensic.clone()
+            },
+            ..opts.clone()
+        })
+    } else {
+        std::borrow::Cow::Borrowed(opts)
+    }
+}
+
+/// The HTML page of `--html`, begun with the inputs' names, when one is asked for.
+fn html_page(opts: &Options, names: &[String]) -> std::io::Result<Option<HtmlReport>> {
+    opts.html
+        .as_ref()
+        .map(|path| HtmlReport::create(path, names))
+        .transpose()
+}
+
 /// The reduce step alone: reads facts files (docs/facts.md; `-` is standard input), in any
 /// grouping or order of their records, and writes the report the single run on the same
 /// inputs writes. A damaged line is an error naming its file and line; the rest is read.
@@ -1626,19 +1641,7 @@ pub fn reduce_run<W: Write, E: Write>(
 ) -> std::io::Result<RunOutcome> {
     let human = opts.human != HumanReport::Off;
     let sessions_to_json = opts.forensic.views;
-    let with_views;
-    let opts = if opts.html.is_some() && !sessions_to_json {
-        with_views = Options {
-            forensic: audit::Options {
-                views: true,
-                ..opts.forensic.clone()
-            },
-            ..opts.clone()
-        };
-        &with_views
-    } else {
-        opts
-    };
+    let opts = &*with_views_for_html(opts);
     let mut set = FactsSet::default();
     for path in facts {
         let name = path.display().to_string();
@@ -1655,10 +1658,7 @@ pub fn reduce_run<W: Write, E: Write>(
     }
     set.finish();
     let names: Vec<String> = set.inputs.iter().map(|i| i.input.clone()).collect();
-    let html = match &opts.html {
-        Some(path) => Some(HtmlReport::create(path, &names)?),
-        None => None,
-    };
+    let html = html_page(opts, &names)?;
     let mut reports = Vec::with_capacity(set.inputs.len());
     for mut inp in std::mem::take(&mut set.inputs) {
         let mut spool = Spool::new(&inp.input, human);
@@ -1729,28 +1729,11 @@ pub fn run<W: Write, E: Write>(
     err: &mut E,
 ) -> std::io::Result<RunOutcome> {
     let human = opts.human != HumanReport::Off;
-    // The page draws every session's timeline, so it needs the session views even when the
-    // JSON Lines do not print them; the tee below keeps them out of the JSON Lines then.
     let sessions_to_json = opts.forensic.views;
-    let with_views;
-    let opts = if opts.html.is_some() && !sessions_to_json {
-        with_views = Options {
-            forensic: audit::Options {
-                views: true,
-                ..opts.forensic.clone()
-            },
-            ..opts.clone()
-        };
-        &with_views
-    } else {
-        opts
-    };
+    let opts = &*with_views_for_html(opts);
     let (plan_messages, inputs) = plan_inputs(inputs, opts);
     let names: Vec<String> = inputs.iter().map(|(i, _)| i.name()).collect();
-    let html = match &opts.html {
-        Some(path) => Some(HtmlReport::create(path, &names)?),
-        None => None,
-    };
+    let html = html_page(opts, &names)?;
     // The map step and the reduce step of each input, in one process: the session events go
     // straight from the one to the other.
     let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {

@@ -12,6 +12,25 @@
 
 use std::io::{BufRead, BufReader, Read};
 
+/// Opens a file and reads its first bytes to tell its codec: the file's bytes from the
+/// start (what was read put back in front), and the codec when it is compressed. An error
+/// says what failed, at which offset; the caller names the file.
+pub fn open_sniffed(path: &std::path::Path) -> Result<(Option<Codec>, impl Read + use<>), String> {
+    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("offset {got}: read error: {e}")),
+        }
+    }
+    let codec = Codec::sniff(&head[..got]);
+    Ok((codec, std::io::Cursor::new(head[..got].to_vec()).chain(f)))
+}
+
 /// A compression format recognized by its magic bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Codec {

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::input::capture::{CaptureReader, Record};
-use crate::input::compressed::Codec;
+use crate::input::compressed::open_sniffed;
 
 /// A file that cannot be read is not fatal: its error, for standard error.
 pub type Messages = Arc<Mutex<Vec<(bool, String)>>>;
@@ -378,19 +378,8 @@ impl Read for MergedCapture {
 
 /// Opens a capture file, decompressed when compressed.
 fn open(path: &std::path::Path, max_block: usize) -> Result<CaptureReader<Box<dyn Read>>, String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let mut head = [0u8; 8];
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("offset {got}: read error: {e}")),
-        }
-    }
-    let src = std::io::Cursor::new(head[..got].to_vec()).chain(f);
-    let src: Box<dyn Read> = match Codec::sniff(&head[..got]) {
+    let (codec, src) = open_sniffed(path)?;
+    let src: Box<dyn Read> = match codec {
         Some(codec) => codec.decoder(src),
         None => Box::new(src),
     };
