@@ -348,3 +348,49 @@ fn fleet_runs_are_not_mapped() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fleet cannot be mapped"));
 }
+
+#[test]
+fn compressed_facts_reduce_to_the_same_report_from_files_and_standard_input() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = vec![leak_capture(), PathBuf::from("fixtures/gen/mixed.pcap")];
+    let whole = single(&inputs, &[]);
+    let plain = dir.path().join("facts.jsonl");
+    map(&inputs, &[], &plain);
+    let facts = std::fs::read(&plain).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&facts).unwrap();
+    let packed = [
+        ("gz", gz.finish().unwrap()),
+        (
+            "zst",
+            ruzstd::encoding::compress_to_vec(
+                facts.as_slice(),
+                ruzstd::encoding::CompressionLevel::Fastest,
+            ),
+        ),
+    ];
+    for (ext, bytes) in &packed {
+        assert_ne!(bytes.as_slice(), facts.as_slice());
+        let f = dir.path().join(format!("facts.jsonl.{ext}"));
+        std::fs::write(&f, bytes).unwrap();
+        assert!(same(&whole, &reduce(&[f])), "{ext} from a file");
+        let mut child = bin()
+            .args(["--sessions", "--reduce", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(bytes).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.stdout, whole.stdout, "{ext} from standard input");
+        assert_eq!(out.status.code(), whole.status.code());
+    }
+    // A cut compressed file is an error naming it, and never a crash.
+    let cut = dir.path().join("cut.jsonl.gz");
+    std::fs::write(&cut, &packed[0].1[..packed[0].1.len() / 2]).unwrap();
+    let out = reduce(&[cut]);
+    no_crash(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut.jsonl.gz"));
+}

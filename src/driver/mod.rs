@@ -494,13 +494,18 @@ fn open_member(path: &Path) -> Result<Box<dyn Read>, String> {
     let name = path.display();
     let (codec, src) =
         crate::input::compressed::open_sniffed(path).map_err(|e| format!("{name}: {e}"))?;
-    Ok(match codec {
+    Ok(decompressed(codec, src))
+}
+
+/// `src` decompressed by `codec`, or as it is when there is none.
+fn decompressed<'a, R: Read + 'a>(codec: Option<Codec>, src: R) -> Box<dyn Read + 'a> {
+    match codec {
         Some(codec) => Box::new(Decompressed {
             codec,
             src: codec.decoder(src),
         }),
         None => Box::new(src),
-    })
+    }
 }
 
 /// The decompressed bytes of an input, whose read errors say they come from the codec.
@@ -1645,15 +1650,18 @@ pub fn reduce_run<W: Write, E: Write>(
     let mut set = FactsSet::default();
     for path in facts {
         let name = path.display().to_string();
-        if name == "-" {
-            set.read(&name, std::io::stdin().lock());
-            continue;
-        }
-        match File::open(path) {
-            Ok(f) => set.read(&name, std::io::BufReader::new(f)),
-            Err(e) => set
-                .messages
-                .push((true, format!("{name}: cannot open: {e}"))),
+        // Facts files may be compressed as captures may (gzip, zstd, lz4, xz), told by their
+        // first bytes.
+        let opened = if name == "-" {
+            crate::input::compressed::sniffed(std::io::stdin().lock())
+                .map(|(codec, src)| decompressed(codec, src))
+        } else {
+            crate::input::compressed::open_sniffed(path)
+                .map(|(codec, src)| decompressed(codec, src))
+        };
+        match opened {
+            Ok(src) => set.read(&name, std::io::BufReader::new(src)),
+            Err(e) => set.messages.push((true, format!("{name}: {e}"))),
         }
     }
     set.finish();

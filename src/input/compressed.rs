@@ -16,11 +16,17 @@ use std::io::{BufRead, BufReader, Read};
 /// start (what was read put back in front), and the codec when it is compressed. An error
 /// says what failed, at which offset; the caller names the file.
 pub fn open_sniffed(path: &std::path::Path) -> Result<(Option<Codec>, impl Read + use<>), String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    sniffed(f)
+}
+
+/// Reads the first bytes of `src` to tell its codec: its bytes from the start (what was read
+/// put back in front), and the codec when it is compressed.
+pub fn sniffed<R: Read>(mut src: R) -> Result<(Option<Codec>, impl Read), String> {
     let mut head = [0u8; 8];
     let mut got = 0;
     while got < head.len() {
-        match f.read(&mut head[got..]) {
+        match src.read(&mut head[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -28,7 +34,7 @@ pub fn open_sniffed(path: &std::path::Path) -> Result<(Option<Codec>, impl Read 
         }
     }
     let codec = Codec::sniff(&head[..got]);
-    Ok((codec, std::io::Cursor::new(head[..got].to_vec()).chain(f)))
+    Ok((codec, std::io::Cursor::new(head[..got].to_vec()).chain(src)))
 }
 
 /// A compression format recognized by its magic bytes.
