@@ -38,7 +38,7 @@ use crate::exchange::{
 };
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
-use crate::input::compressed::Codec;
+use crate::input::compressed::{Codec, read_prefix};
 use crate::input::har;
 use crate::input::merge::{FrameMap, MergedCapture};
 use crate::input::set::{self, CaptureSet, Input};
@@ -388,18 +388,13 @@ fn map_reader<R: Read>(
 ) -> InputReport {
     let mut report = InputReport::new(name);
     let mut head = [0u8; 64];
-    let mut got = 0;
-    while got < head.len() {
-        match src.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                report.error(format!("{name}: offset {got}: read error: {e}"));
-                return report;
-            }
+    let got = match read_prefix(&mut src, &mut head) {
+        Ok(got) => got,
+        Err((got, e)) => {
+            report.error(format!("{name}: offset {got}: read error: {e}"));
+            return report;
         }
-    }
+    };
     let prefix = &head[..got];
     let chained = prefix.chain(src);
     if let Some(codec) = Codec::sniff(prefix) {
@@ -534,21 +529,16 @@ fn analyze_decompressed(
     sink: &mut dyn FactSink,
 ) -> InputReport {
     let mut head = [0u8; 8];
-    let mut got = 0;
-    while got < head.len() {
-        match src.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let mut r = InputReport::new(name);
-                r.error(format!(
-                    "{name}: offset {got} (decompressed): read error: {e}"
-                ));
-                return r;
-            }
+    let got = match read_prefix(&mut src, &mut head) {
+        Ok(got) => got,
+        Err((got, e)) => {
+            let mut r = InputReport::new(name);
+            r.error(format!(
+                "{name}: offset {got} (decompressed): read error: {e}"
+            ));
+            return r;
         }
-    }
+    };
     if let Some(again) = Codec::sniff(&head[..got]) {
         let mut r = InputReport::new(name);
         r.error(format!(

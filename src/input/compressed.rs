@@ -24,17 +24,25 @@ pub fn open_sniffed(path: &std::path::Path) -> Result<(Option<Codec>, impl Read 
 /// put back in front), and the codec when it is compressed.
 pub fn sniffed<R: Read>(mut src: R) -> Result<(Option<Codec>, impl Read), String> {
     let mut head = [0u8; 8];
+    let got = read_prefix(&mut src, &mut head)
+        .map_err(|(got, e)| format!("offset {got}: read error: {e}"))?;
+    let codec = Codec::sniff(&head[..got]);
+    Ok((codec, std::io::Cursor::new(head[..got].to_vec()).chain(src)))
+}
+
+/// Reads from `src` until `buf` is full or the input ends: how many bytes it holds, or the
+/// error with the offset it came at. Interrupted reads are tried again.
+pub fn read_prefix<R: Read>(src: &mut R, buf: &mut [u8]) -> Result<usize, (usize, std::io::Error)> {
     let mut got = 0;
-    while got < head.len() {
-        match src.read(&mut head[got..]) {
+    while got < buf.len() {
+        match src.read(&mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("offset {got}: read error: {e}")),
+            Err(e) => return Err((got, e)),
         }
     }
-    let codec = Codec::sniff(&head[..got]);
-    Ok((codec, std::io::Cursor::new(head[..got].to_vec()).chain(src)))
+    Ok(got)
 }
 
 /// A compression format recognized by its magic bytes.
