@@ -608,6 +608,77 @@ fn connections_captured_on_different_hosts_are_audited_as_one_capture() {
     }
 }
 
+#[test]
+fn both_sides_of_a_proxy_are_one_session_with_two_hops() {
+    if !editcap_available() {
+        return;
+    }
+    // nginx between client and server, captured on its host: each exchange is on the wire
+    // twice. Split into the client side's capture and the server side's, the fleet must give
+    // the one capture's report: each resume once per hop, the inner one tied to the request
+    // it relays, and no event's second copy taken for a second delivery.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (name, proxy, server) in [
+        ("py-counter-nginx", 18864, 18863),
+        ("ts-sdk-nginx", 18862, 18861),
+    ] {
+        let cap = root.join(format!("fixtures/real/{name}.pcap"));
+        let whole = run(&args(&[], &cap, std::slice::from_ref(&cap)));
+        let resumes: Vec<&Value> = whole
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "resume")
+            .collect();
+        assert!(!resumes.is_empty());
+        for pair in resumes.chunks(2) {
+            assert_eq!(pair[0]["hop"], 0, "{name}");
+            assert_eq!(pair[1]["hop"], 1, "{name}");
+            assert_eq!(
+                pair[1]["relays"]["frame"], pair[0]["request_frame"],
+                "{name}"
+            );
+            assert_eq!(pair[0]["server_port"], proxy);
+            assert_eq!(pair[1]["server_port"], server);
+            for k in ["verdict", "last_event_id", "first_event_id"] {
+                assert_eq!(pair[0][k], pair[1][k], "{name}: {k}");
+            }
+        }
+        let findings = &whole.lines.last().unwrap()["findings"];
+        for kind in [
+            "duplicate_delivery",
+            "duplicate_response",
+            "progress_regressed",
+        ] {
+            assert_eq!(findings[kind], 0, "{name}: {kind}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            dir.path().join("client-side.pcap"),
+            dir.path().join("server-side.pcap"),
+        ];
+        let frames = [
+            tshark_select(&cap, &format!("tcp.port == {proxy}"), &files[0]),
+            tshark_select(&cap, &format!("tcp.port == {server}"), &files[1]),
+        ];
+        let whole_frame = |n: &str, local: u64| {
+            let h = files
+                .iter()
+                .position(|f| f.display().to_string() == n)
+                .unwrap();
+            frames[h][local as usize - 1]
+        };
+        for inputs in [files.to_vec(), files.iter().rev().cloned().collect()] {
+            let fleet = run(&args(&["--fleet"], &cap, &inputs));
+            assert_eq!(
+                mapped(&fleet.lines, &files, &whole_frame),
+                without_names(&whole.lines),
+                "{name}: {inputs:?}"
+            );
+            assert_eq!(fleet.code, whole.code);
+        }
+    }
+}
+
 /// What must not change when the same traffic is captured twice: verdicts, ids, cursors,
 /// evidence, findings; and the counts of connections, exchanges and sessions.
 fn essence(lines: &[Value]) -> Vec<Value> {

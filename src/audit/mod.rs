@@ -23,6 +23,7 @@
 //!   holds the summaries of sessions not yet audited (bounded as above), and an index of
 //!   [`MAX_CROSS_IDS`] distinctive ids for the cross-session check.
 
+mod hops;
 pub mod idshape;
 pub mod verdict;
 
@@ -220,6 +221,11 @@ pub struct Forensics {
     pub evidence: Option<Evidence>,
     pub cursor: Option<Cursor>,
     pub findings: Vec<Finding>,
+    /// In a session the capture holds at several hops of a proxy: this resume's hop (0: the
+    /// copy nearest the client).
+    pub hop: Option<u32>,
+    /// From hop 1 on: the request of the hop before that this one relays.
+    pub relays: Option<Cite>,
 }
 
 /// A resume as a session view lists it.
@@ -992,43 +998,70 @@ fn audit_session(
         .enumerate()
         .map(|(i, r)| (join_of_resume(r), i))
         .collect();
-    let members: Vec<usize> = (0..xs.len()).collect();
-    let mut ix = SessionIndex::build(&xs, &members);
-    ix.unread = unread;
     // A HAR input's marks carry entry indexes where a capture's carry frame numbers.
     let har = xs.iter().any(|x| x.connection.har_entry.is_some());
+    let all: Vec<usize> = (0..xs.len()).collect();
+    let hops = hops::hops(&xs);
     let mut session_findings = Vec::new();
-    for &xi in &members {
-        let Some(key) = join_of_summary(&xs[xi]) else {
-            continue;
-        };
-        if xs[xi].last_event_id.is_none() {
-            continue;
-        }
-        let Some(&ri) = resume_of.get(&key) else {
-            continue;
-        };
-        let Some(r) = resumes.get_mut(ri) else {
-            continue;
-        };
-        audit_resume(&xs, &ix, cross, opts, xi, r);
-        if har {
-            har_places(&mut r.forensic);
-        }
-        session_findings.extend(r.forensic.findings.iter().cloned());
-    }
     let mut loose = Vec::new();
-    cursor_lost(&xs, &ix, &mut loose);
-    loose_duplicate_responses(&xs, &ix, &mut loose);
-    if har {
-        for f in &mut loose {
-            f.detail = har_words(&f.detail);
+    for level in 0..=hops.as_ref().map_or(0, |h| h.max) {
+        let members: Vec<usize> = match &hops {
+            None => all.clone(),
+            Some(h) => all
+                .iter()
+                .copied()
+                .filter(|&i| h.level[i] == level)
+                .collect(),
+        };
+        let mut ix = SessionIndex::build(&xs, &members);
+        ix.unread = unread;
+        for &xi in &members {
+            let Some(key) = join_of_summary(&xs[xi]) else {
+                continue;
+            };
+            if xs[xi].last_event_id.is_none() {
+                continue;
+            }
+            let Some(&ri) = resume_of.get(&key) else {
+                continue;
+            };
+            let Some(r) = resumes.get_mut(ri) else {
+                continue;
+            };
+            audit_resume(&xs, &ix, cross, opts, xi, r);
+            if let Some(h) = &hops {
+                r.forensic.hop = Some(level);
+                r.forensic.relays = h.relays[xi]
+                    .and_then(|o| Some(cite(&xs[o], "relayed_request", xs[o].request?)));
+            }
+            if har {
+                har_places(&mut r.forensic);
+            }
+            session_findings.extend(r.forensic.findings.iter().cloned());
         }
+        let mut found = Vec::new();
+        cursor_lost(&xs, &ix, &mut found);
+        loose_duplicate_responses(&xs, &ix, &mut found);
+        if har {
+            for f in &mut found {
+                f.detail = har_words(&f.detail);
+            }
+        }
+        // A session's finding that an outer hop shows already (the same kind about the same
+        // id) is the proxy passing it on: it is told once, at the hop nearest the client.
+        found.retain(|f| {
+            level == 0
+                || f.id.is_none()
+                || !loose
+                    .iter()
+                    .any(|o: &Finding| o.kind == f.kind && o.id == f.id)
+        });
+        session_findings.extend(found.iter().cloned());
+        loose.append(&mut found);
     }
-    session_findings.extend(loose.iter().cloned());
     let view = opts
         .views
-        .then(|| view(sid, &xs, &members, resumes, &resume_of, session_findings));
+        .then(|| view(sid, &xs, &all, resumes, &resume_of, session_findings));
     (loose, view)
 }
 

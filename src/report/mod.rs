@@ -106,6 +106,12 @@ struct ResumeLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     evidence: Option<&'a Evidence>,
     cursor: Option<&'a Cursor>,
+    /// A session the capture holds at several hops of a proxy: this copy's hop (0 nearest
+    /// the client) and the request it relays.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hop: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    relays: Option<&'a Cite>,
     #[serde(skip_serializing_if = "Option::is_none")]
     priming_ack_frame: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,6 +254,8 @@ pub fn write_resume<W: Write + ?Sized>(
         id_shape: r.forensic.id_shape.as_deref(),
         evidence: r.forensic.evidence.as_ref(),
         cursor: r.forensic.cursor.as_ref(),
+        hop: r.forensic.hop,
+        relays: r.forensic.relays.as_ref(),
         priming_ack_frame: r.priming_ack.and_then(frame),
         priming_ack_file: r.priming_ack.and_then(file),
         resume_ack: r.resume_ack.as_ref().map(|a| a.0.as_str()),
@@ -704,6 +712,16 @@ pub fn write_human_input<W: Write + ?Sized>(
                     "    ids lost: {} to {} ({count} event(s) the client never got)",
                     lost.from, lost.to
                 )?;
+            }
+            if let Some(hop) = r.forensic.hop {
+                match &r.forensic.relays {
+                    Some(c) => writeln!(
+                        out,
+                        "    hop {hop}: a proxy's copy of the request at {}",
+                        files::frame_text(c.mark.frame)
+                    )?,
+                    None => writeln!(out, "    hop {hop}: the copy nearest the client")?,
+                }
             }
             if let Some(shape) = &r.forensic.id_shape {
                 writeln!(out, "    ids compared by their counter, shape {shape}")?;
