@@ -22,9 +22,12 @@ use crate::exchange::ResumeRecord;
 use crate::report::{self, HumanNotes, Summary};
 
 /// Bytes of lines gathered in memory before they are sorted and moved to the file as a run.
-pub const SPOOL_MEMORY: usize = 1 << 20;
-/// Runs merged at once; more are first merged into longer runs.
-pub const MERGE_FAN_IN: usize = 64;
+/// With [`MERGE_FAN_IN`], reports up to 512 MiB are merged in one pass (a reconnect storm of
+/// 256 MiB writes a report of about that size; each extra pass copies all of it twice more).
+pub const SPOOL_MEMORY: usize = 4 << 20;
+/// Runs merged at once (each reads [`RUN_READ_AHEAD`] ahead: 4 MiB in all); more are first
+/// merged into longer runs.
+pub const MERGE_FAN_IN: usize = 128;
 /// Bytes read ahead from each run while merging.
 const RUN_READ_AHEAD: usize = 32 << 10;
 
