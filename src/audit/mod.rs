@@ -628,12 +628,14 @@ pub struct StageStats {
 pub struct Stage {
     opts: Options,
     retention: Retention,
-    live: HashMap<Arc<str>, Live>,
+    /// Keyed by session ids a peer chose: a seeded hasher (foldhash), not SipHash, which was
+    /// a few percent of a reconnect storm's time.
+    live: HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
     /// Sessions without an open exchange, least recently active first (by the count of
     /// events taken when they were last active).
     idle: BTreeMap<u64, Arc<str>>,
     /// Open exchanges by (connection, exchange), and their session.
-    open: HashMap<(u64, u32), Arc<str>>,
+    open: HashMap<(u64, u32), Arc<str>, rustc_hash::FxBuildHasher>,
     held: usize,
     seq: u64,
     cross: CrossIndex,
@@ -648,9 +650,9 @@ impl Stage {
         Stage {
             opts: opts.clone(),
             retention,
-            live: HashMap::new(),
+            live: HashMap::default(),
             idle: BTreeMap::new(),
-            open: HashMap::new(),
+            open: HashMap::default(),
             held: 0,
             seq: 0,
             cross: CrossIndex::default(),
@@ -993,7 +995,7 @@ fn audit_session(
         )
     });
     resumes.sort_by_key(resume_order);
-    let resume_of: HashMap<JoinKey, usize> = resumes
+    let resume_of: HashMap<JoinKey, usize, rustc_hash::FxBuildHasher> = resumes
         .iter()
         .enumerate()
         .map(|(i, r)| (join_of_resume(r), i))
@@ -2318,7 +2320,7 @@ fn view(
     xs: &[ExchangeSummary],
     members: &[usize],
     resumes: &[ResumeRecord],
-    resume_of: &HashMap<JoinKey, usize>,
+    resume_of: &HashMap<JoinKey, usize, rustc_hash::FxBuildHasher>,
     findings: Vec<Finding>,
 ) -> SessionView {
     let mut versions: Vec<String> = members
