@@ -632,8 +632,11 @@ pub struct Stage {
     /// a few percent of a reconnect storm's time.
     live: HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
     /// Sessions without an open exchange, least recently active first (by the count of
-    /// events taken when they were last active).
-    idle: BTreeMap<u64, Arc<str>>,
+    /// events taken when they were last active). An entry whose count is no longer its
+    /// session's `idle_at` is stale and skipped: a session touched again is pushed anew
+    /// rather than taken out (a tree kept in order cost a storm of reconnects a few percent),
+    /// and the queue is compacted when stale entries outnumber the sessions.
+    idle: VecDeque<(u64, Arc<str>)>,
     /// Open exchanges by (connection, exchange), and their session.
     open: HashMap<(u64, u32), Arc<str>, rustc_hash::FxBuildHasher>,
     held: usize,
@@ -651,7 +654,7 @@ impl Stage {
             opts: opts.clone(),
             retention,
             live: HashMap::default(),
-            idle: BTreeMap::new(),
+            idle: VecDeque::new(),
             open: HashMap::default(),
             held: 0,
             seq: 0,
@@ -690,12 +693,25 @@ impl Stage {
         let Some(l) = self.live.get_mut(sid) else {
             return;
         };
-        if let Some(k) = l.idle_at.take() {
-            self.idle.remove(&k);
+        let was = l.idle_at.take();
+        if l.open > 0 {
+            return;
         }
-        if l.open == 0 {
-            l.idle_at = Some(seq);
-            self.idle.insert(seq, l.name.clone());
+        l.idle_at = Some(seq);
+        // A session touched again while it is last (an exchange's open, close and end come
+        // one after the other) keeps its entry.
+        if let Some(back) = self.idle.back_mut()
+            && was == Some(back.0)
+            && Arc::ptr_eq(&back.1, &l.name)
+        {
+            back.0 = seq;
+            return;
+        }
+        self.idle.push_back((seq, l.name.clone()));
+        if self.idle.len() > 4 * self.live.len() + 1024 {
+            let live = &self.live;
+            self.idle
+                .retain(|(k, sid)| live.get(sid).is_some_and(|l| l.idle_at == Some(*k)));
         }
     }
 
@@ -775,11 +791,12 @@ impl Stage {
     /// While over the memory bound, audits the least recently active sessions.
     fn enforce<S: Sink + ?Sized>(&mut self, sink: &mut S) {
         while self.held > self.retention.memory_bytes
-            && let Some((_, sid)) = self.idle.first_key_value()
+            && let Some((k, sid)) = self.idle.pop_front()
         {
-            let sid = sid.clone();
-            self.stats.sessions_retired_early += 1;
-            self.retire(&sid, sink);
+            if self.live.get(&sid).is_some_and(|l| l.idle_at == Some(k)) {
+                self.stats.sessions_retired_early += 1;
+                self.retire(&sid, sink);
+            }
         }
     }
 
@@ -789,9 +806,6 @@ impl Stage {
         let Some(mut l) = self.live.remove(sid) else {
             return;
         };
-        if let Some(k) = l.idle_at.take() {
-            self.idle.remove(&k);
-        }
         self.held = self.held.saturating_sub(l.held);
         if l.open > 0 {
             self.live.insert(
@@ -2819,6 +2833,39 @@ data: "
         }
         let stats = stage.finish(&mut sink);
         (sink.0, stats)
+    }
+
+    #[test]
+    fn the_idle_order_stays_bounded_and_least_recent_first() {
+        let mut st = Stage::new(&Options::default(), Retention::UNBOUNDED);
+        for i in 0..50_000u64 {
+            let sid = format!("s{}", i % 7);
+            st.session(&sid);
+            st.touch(&sid);
+            if i % 3 == 0 {
+                st.touch(&sid);
+            }
+        }
+        assert!(
+            st.idle.len() <= 4 * st.live.len() + 1024,
+            "{}",
+            st.idle.len()
+        );
+        let order: Vec<&str> = st
+            .idle
+            .iter()
+            .filter(|(k, sid)| st.live[sid].idle_at == Some(*k))
+            .map(|(_, sid)| &**sid)
+            .collect();
+        assert_eq!(order, ["s6", "s0", "s1", "s2", "s3", "s4", "s5"]);
+        // A session with an open exchange is out of the order until it is idle again.
+        st.opened("s6", (1, 0));
+        let first = st
+            .idle
+            .iter()
+            .find(|(k, sid)| st.live[sid].idle_at == Some(*k))
+            .map(|(_, sid)| sid.to_string());
+        assert_eq!(first.as_deref(), Some("s0"));
     }
 
     #[test]
