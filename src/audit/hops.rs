@@ -1,8 +1,9 @@
 //! Hops of one session: the copies a reverse proxy makes of each exchange.
 //!
-//! Input: one session's exchanges in capture order.
+//! Input: one session's exchanges in capture order, and the servers whose hop earlier sessions
+//! of the input showed.
 //! Output: for each exchange, its hop (0: the copy nearest the client that the capture holds)
-//! and, from hop 1 on, the exchange of the hop before that it relays.
+//! and, for a copy recognized as such, the exchange of the hop before that it relays.
 //! Invariants:
 //! - A capture taken where a proxy runs (`tcpdump -i any` on an nginx host), or a `--fleet` of
 //!   captures on both sides of one, holds every exchange twice, on two connections: the
@@ -15,13 +16,20 @@
 //!   outer answer (a proxy cannot pass on what it has not received). One more sign is needed:
 //!   the inner connection leaves from the address the outer one reached (a proxy with one
 //!   address), or both answers begin with the same event id or the same event content.
+//! - A copy the capture lost part of (its request, or the outer answer) is not paired; it
+//!   still belongs to the hop of its server. Servers are placed by the copies that were paired,
+//!   in this session or an earlier one of the input ([`HopMap`]): a proxy's place on the path is
+//!   a fact of the deployment, not of one session.
 //! - Two backends of a load balancer, captured on the backends, are one hop: their requests
 //!   leave from the balancer's address, not from either backend's, and a resume carries a
 //!   `Last-Event-ID` its first stream did not. Their exchanges stay audited together.
 //! - Time: one pass over earlier exchanges per exchange, only in sessions whose exchanges
 //!   reach more than one server; others cost one pass.
 
+use std::collections::HashMap;
+
 use crate::exchange::ExchangeSummary;
+use crate::net::decode::Endpoint;
 
 /// Where each exchange of a session sits on the path from client to server.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -34,9 +42,18 @@ pub struct Hops {
     pub max: u32,
 }
 
+/// The hop of each server that paired copies placed, over the sessions of an input audited
+/// so far; `None` for a server seen at two hops (it places nothing).
+pub type HopMap = HashMap<Endpoint, Option<u32>, foldhash::quality::RandomState>;
+
+/// Servers placed per input at most: past it, new servers are not learned (each session still
+/// places its own).
+const MAX_PLACED_SERVERS: usize = 4096;
+
 /// The hops of a session's exchanges, given in capture order; `None` when every exchange
-/// is on one hop (the common case: nothing relays anything).
-pub fn hops(xs: &[ExchangeSummary]) -> Option<Hops> {
+/// is on one hop (the common case: nothing relays anything). Learns into `known` the hop of
+/// each server a pair placed.
+pub fn hops(xs: &[ExchangeSummary], known: &mut HopMap) -> Option<Hops> {
     let first_server = xs.iter().find_map(|x| x.connection.server);
     if xs
         .iter()
@@ -61,8 +78,44 @@ pub fn hops(xs: &[ExchangeSummary]) -> Option<Hops> {
         relayed[x] = true;
         h.relays[y] = Some(x);
         h.level[y] = h.level[x] + 1;
-        h.max = h.max.max(h.level[y]);
     }
+    // What the pairs say about servers, this session's first, then the input's.
+    let mut placed: HashMap<Endpoint, Option<u32>> = HashMap::new();
+    for (i, x) in xs.iter().enumerate() {
+        if !(relayed[i] || h.relays[i].is_some()) {
+            continue;
+        }
+        if let Some(server) = x.connection.server {
+            let e = placed.entry(server).or_insert(Some(h.level[i]));
+            if *e != Some(h.level[i]) {
+                *e = None;
+            }
+        }
+    }
+    for (server, level) in &placed {
+        if known.len() < MAX_PLACED_SERVERS || known.contains_key(server) {
+            let e = known.entry(*server).or_insert(*level);
+            if *e != *level {
+                *e = None;
+            }
+        }
+    }
+    for (i, x) in xs.iter().enumerate() {
+        if relayed[i] || h.relays[i].is_some() {
+            continue;
+        }
+        let Some(server) = x.connection.server else {
+            continue;
+        };
+        if let Some(Some(level)) = placed.get(&server).or_else(|| known.get(&server)) {
+            h.level[i] = *level;
+        }
+    }
+    let min = h.level.iter().copied().min().unwrap_or(0);
+    for l in &mut h.level {
+        *l -= min;
+    }
+    h.max = h.level.iter().copied().max().unwrap_or(0);
     (h.max > 0).then_some(h)
 }
 
@@ -86,15 +139,18 @@ fn relays(outer: &ExchangeSummary, inner: &ExchangeSummary) -> bool {
     {
         return false;
     }
-    if let Some(or) = outer.response {
-        if iq.time_ns > or.time_ns {
-            return false;
-        }
-        match inner.response {
-            Some(ir) if ir.time_ns > or.time_ns => return false,
-            Some(_) if outer.status != inner.status => return false,
-            _ => {}
-        }
+    // Without the outer answer nothing bounds when a copy had to leave: any later request
+    // of the session would fit. Such a copy is placed by its server instead.
+    let Some(or) = outer.response else {
+        return false;
+    };
+    if iq.time_ns > or.time_ns {
+        return false;
+    }
+    match inner.response {
+        Some(ir) if ir.time_ns > or.time_ns => return false,
+        Some(_) if outer.status != inner.status => return false,
+        _ => {}
     }
     i_client.ip == o_server.ip || same_start(outer, inner)
 }
@@ -119,7 +175,6 @@ fn same_start(a: &ExchangeSummary, b: &ExchangeSummary) -> bool {
 mod tests {
     use super::*;
     use crate::exchange::{ConnectionRef, IdSeen, StreamSummary};
-    use crate::net::decode::Endpoint;
     use crate::record::Mark;
 
     fn at(ip: [u8; 4], port: u16) -> Endpoint {
@@ -173,6 +228,11 @@ mod tests {
         }
     }
 
+    /// The hops of one session alone in its input.
+    fn hops_alone(xs: &[ExchangeSummary]) -> Option<Hops> {
+        hops(xs, &mut HopMap::default())
+    }
+
     const CLIENT: [u8; 4] = [10, 0, 0, 1];
     const PROXY: [u8; 4] = [10, 0, 0, 2];
     const BACKEND: [u8; 4] = [10, 0, 0, 3];
@@ -186,7 +246,7 @@ mod tests {
             x(2, c, p, Some("3"), 10, Some(13), Some("4")),
             x(3, at(PROXY, 6001), b, Some("3"), 11, Some(12), Some("4")),
         ];
-        let h = hops(&xs).expect("two hops");
+        let h = hops_alone(&xs).expect("two hops");
         assert_eq!(h.level, [0, 1, 0, 1]);
         assert_eq!(h.relays, [None, Some(0), None, Some(2)]);
         assert_eq!(h.max, 1);
@@ -216,7 +276,7 @@ mod tests {
                 None,
             ),
         ];
-        assert_eq!(hops(&xs).expect("three hops").level, [0, 1, 2]);
+        assert_eq!(hops_alone(&xs).expect("three hops").level, [0, 1, 2]);
     }
 
     #[test]
@@ -225,7 +285,7 @@ mod tests {
         let q = at(PROXY, 6000);
         // Another cursor: another request, not a copy.
         assert_eq!(
-            hops(&[
+            hops_alone(&[
                 x(0, c, p, Some("3"), 1, Some(4), None),
                 x(1, q, b, Some("2"), 2, Some(3), None)
             ]),
@@ -233,7 +293,7 @@ mod tests {
         );
         // Sent after the outer answer began: not relayed by this exchange.
         assert_eq!(
-            hops(&[
+            hops_alone(&[
                 x(0, c, p, Some("3"), 1, Some(4), None),
                 x(1, q, b, Some("3"), 5, Some(6), None)
             ]),
@@ -241,15 +301,22 @@ mod tests {
         );
         // Answered after the outer answer: a proxy cannot pass on what it has not received.
         assert_eq!(
-            hops(&[
+            hops_alone(&[
                 x(0, c, p, Some("3"), 1, Some(4), None),
                 x(1, q, b, Some("3"), 2, Some(5), None)
             ]),
             None
         );
+        // The outer answer was not captured: nothing bounds when its copy left.
+        let mut unanswered = x(0, c, p, Some("3"), 1, None, None);
+        unanswered.status = None;
+        assert_eq!(
+            hops_alone(&[unanswered, x(1, q, b, Some("3"), 2, Some(3), None)]),
+            None
+        );
         // Sent before the outer request.
         assert_eq!(
-            hops(&[
+            hops_alone(&[
                 x(0, q, b, Some("3"), 1, Some(3), None),
                 x(1, c, p, Some("3"), 2, Some(4), None)
             ]),
@@ -267,13 +334,13 @@ mod tests {
             x(0, lb, a, None, 1, Some(2), Some("1")),
             x(1, at([10, 0, 0, 9], 40001), b, None, 1, Some(2), Some("9")),
         ];
-        assert_eq!(hops(&xs), None);
+        assert_eq!(hops_alone(&xs), None);
         // One server only: nothing to look for.
         let xs = [
             x(0, at(CLIENT, 1), a, None, 1, Some(5), Some("1")),
             x(1, at(CLIENT, 2), a, None, 2, Some(3), Some("1")),
         ];
-        assert_eq!(hops(&xs), None);
+        assert_eq!(hops_alone(&xs), None);
     }
 
     #[test]
@@ -286,11 +353,46 @@ mod tests {
             x(0, c, p, Some("3"), 1, Some(4), Some("4")),
             x(1, inner, b, Some("3"), 2, Some(3), Some("4")),
         ];
-        assert_eq!(hops(&same).map(|h| h.level), Some(vec![0, 1]));
+        assert_eq!(hops_alone(&same).map(|h| h.level), Some(vec![0, 1]));
         let other = [
             x(0, c, p, Some("3"), 1, Some(4), Some("4")),
             x(1, inner, b, Some("3"), 2, Some(3), Some("1")),
         ];
-        assert_eq!(hops(&other), None);
+        assert_eq!(hops_alone(&other), None);
+    }
+
+    #[test]
+    fn a_copy_the_capture_lost_part_of_is_on_its_servers_hop() {
+        let (c, p, b) = (at(CLIENT, 5000), at(PROXY, 443), at(BACKEND, 8000));
+        let q = at(PROXY, 6000);
+        // The second copy lost its request: it cannot be paired, but its server is the
+        // backend, which the first pair placed at hop 1.
+        let mut lost = x(3, q, b, Some("3"), 11, Some(12), Some("4"));
+        lost.request = None;
+        lost.method = None;
+        let xs = [
+            x(0, c, p, None, 1, Some(4), Some("1")),
+            x(1, q, b, None, 2, Some(3), Some("1")),
+            x(2, c, p, Some("3"), 10, Some(13), Some("4")),
+            lost.clone(),
+        ];
+        let mut known = HopMap::default();
+        let h = hops(&xs, &mut known).expect("two hops");
+        assert_eq!(h.level, [0, 1, 0, 1]);
+        assert_eq!(h.relays, [None, Some(0), None, None]);
+        // A later session of the input with no pair of its own: the servers keep their hops.
+        let later = [x(4, c, p, Some("3"), 20, Some(23), Some("4")), lost];
+        assert_eq!(hops(&later, &mut known).map(|h| h.level), Some(vec![0, 1]));
+        assert_eq!(hops_alone(&later), None);
+        // A server seen at two hops places nothing.
+        assert_eq!(hops(&later[..], &mut HopMap::from_iter([(b, None)])), None);
+    }
+
+    #[test]
+    fn a_session_holding_only_inner_hops_starts_at_hop_zero() {
+        let (p, b) = (at(PROXY, 443), at(BACKEND, 8000));
+        let mut known = HopMap::from_iter([(p, Some(0)), (b, Some(1))]);
+        let xs = [x(0, at(CLIENT, 1), b, None, 1, Some(2), None)];
+        assert_eq!(hops(&xs, &mut known), None);
     }
 }

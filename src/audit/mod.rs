@@ -642,6 +642,8 @@ pub struct Stage {
     held: usize,
     seq: u64,
     cross: CrossIndex,
+    /// The hop of each server that proxies' copies placed so far.
+    hops: hops::HopMap,
     /// Traffic of the input that may carry MCP was not read (so far): any session may have
     /// had exchanges there.
     unread: bool,
@@ -659,6 +661,7 @@ impl Stage {
             held: 0,
             seq: 0,
             cross: CrossIndex::default(),
+            hops: hops::HopMap::default(),
             unread: false,
             stats: StageStats::default(),
         }
@@ -824,6 +827,7 @@ impl Stage {
             &self.cross,
             &self.opts,
             self.unread,
+            &mut self.hops,
         );
         for r in l.resumes {
             sink.resume(r);
@@ -997,6 +1001,7 @@ fn audit_session(
     cross: &CrossIndex,
     opts: &Options,
     unread: bool,
+    known: &mut hops::HopMap,
 ) -> (Vec<Finding>, Option<SessionView>) {
     xs.sort_by_key(|x| {
         let m = x.start();
@@ -1017,7 +1022,7 @@ fn audit_session(
     // A HAR input's marks carry entry indexes where a capture's carry frame numbers.
     let har = xs.iter().any(|x| x.connection.har_entry.is_some());
     let all: Vec<usize> = (0..xs.len()).collect();
-    let hops = hops::hops(&xs);
+    let hops = hops::hops(&xs, known);
     let mut session_findings = Vec::new();
     let mut loose = Vec::new();
     for level in 0..=hops.as_ref().map_or(0, |h| h.max) {
