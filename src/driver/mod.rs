@@ -959,29 +959,27 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         },
     };
     let overflowed = c.tcp.stats().overflows > 0;
-    let mut resumes: Vec<ResumeRecord> = c
-        .tracker
-        .resumes
-        .drain(..)
-        .map(|mut r| {
-            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
-            if overflowed
-                && r.decision.verdict == Verdict::CaptureIncomplete
-                && r.decision.reason != LimitHit::Connections.reason()
-            {
-                r.decision.blame_limit(LimitHit::OutOfOrder);
-            }
-            r.connection = connection.clone();
-            r
-        })
-        .collect();
+    let finished = |mut r: ResumeRecord| {
+        // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
+        if overflowed
+            && r.decision.verdict == Verdict::CaptureIncomplete
+            && r.decision.reason != LimitHit::Connections.reason()
+        {
+            r.decision.blame_limit(LimitHit::OutOfOrder);
+        }
+        r.connection = connection.clone();
+        r
+    };
+    // The resumes are taken from the tracker's own list, which keeps its room for the
+    // connection's next ones: a list of their own cost an allocation at every drain.
+    let resumes = &mut c.tracker.resumes;
     for mut x in c.tracker.summaries.drain(..) {
         x.connection = connection.clone();
         let exchange = x.exchange;
         let r = resumes
             .iter()
             .position(|r| r.exchange == exchange)
-            .map(|i| resumes.remove(i));
+            .map(|i| finished(resumes.remove(i)));
         events.push(Keyed {
             frame,
             stream,
@@ -989,12 +987,12 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             event: StageEvent::Ended(Box::new((Some(x), r))),
         });
     }
-    for r in resumes {
+    for r in resumes.drain(..) {
         events.push(Keyed {
             frame,
             stream,
             exchange: r.exchange,
-            event: StageEvent::Ended(Box::new((None, Some(r)))),
+            event: StageEvent::Ended(Box::new((None, Some(finished(r))))),
         });
     }
 }
@@ -1077,9 +1075,9 @@ impl<'s> Merger<'s> {
         }
         self.pending.sort_by_key(Keyed::key);
         let n = self.pending.partition_point(|k| k.frame <= upto);
-        let rest = self.pending.split_off(n);
-        let ready = std::mem::replace(&mut self.pending, rest);
-        for k in ready {
+        // Drained in place: the buffer keeps its room for the next events, where splitting
+        // it off allocated a new one at nearly every frame that ended an exchange.
+        for k in self.pending.drain(..n) {
             let key = (k.stream, k.exchange);
             match k.event {
                 StageEvent::Opened(sid) => self.facts.opened(&sid, key),
@@ -1155,6 +1153,12 @@ const HANDED_QUEUED: usize = 4;
 
 /// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
+
+/// Event buffers the session stage has emptied, given back to the worker that filled them:
+/// the worker's next events go into the room they already have, and the buffer is never
+/// freed on a thread other than the one that allocated it (glibc's malloc pays for such
+/// frees with a lock on the other thread's arena and consolidations).
+type Emptied = mpsc::Sender<Vec<Keyed>>;
 
 struct Threaded {
     senders: Vec<mpsc::SyncSender<Batch>>,
@@ -1387,15 +1391,21 @@ fn analyze_capture<'a>(
             // Bounded, so that a stage slower than the workers (a huge session's audits) holds
             // them back rather than its queue growing.
             let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
+            let (emptied_tx, emptied): (Vec<Emptied>, Vec<_>) =
+                (0..n).map(|_| mpsc::channel::<Vec<Keyed>>()).unzip();
             let stage = scope.spawn(move || {
                 let mut merger = Merger::new(n, sink);
                 for (w, done, mut events) in handed {
                     merger.take(w, done, &mut events);
                     merger.release();
+                    if let Some(back) = emptied_tx.get(w) {
+                        // A worker that is gone no longer needs it; it is freed here then.
+                        let _ = back.send(events);
+                    }
                 }
                 merger.finish()
             });
-            for w in 0..n {
+            for (w, emptied) in emptied.into_iter().enumerate() {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
                 let limits = opts.limits.clone();
@@ -1415,7 +1425,9 @@ fn analyze_capture<'a>(
                         // The reader may be done already; then the batch is simply freed.
                         let _ = spare_tx.send(batch);
                         if !shard.events.is_empty() || done.is_multiple_of(HAND_OVER_FRAMES) {
-                            let _ = handed_tx.send((w, done, std::mem::take(&mut shard.events)));
+                            let next = emptied.try_recv().unwrap_or_default();
+                            let events = std::mem::replace(&mut shard.events, next);
+                            let _ = handed_tx.send((w, done, events));
                         }
                     }
                     shard
