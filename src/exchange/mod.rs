@@ -653,8 +653,8 @@ impl ExchangeTracker {
     /// An exchange is over: its summary is kept, and a resume is decided.
     fn complete(&mut self, exchange: u32, ex: OpenExchange, no_answer: NoAnswer, mark: Mark) {
         let OpenExchange {
-            request,
-            response,
+            mut request,
+            mut response,
             stream,
             end,
         } = ex;
@@ -674,10 +674,12 @@ impl ExchangeTracker {
                 || summary
                     .as_ref()
                     .is_some_and(|s| s.endpoint_session.is_some()));
+        // The heads end here: what the records need is taken out of them rather than copied,
+        // and copied only where both the resume and the summary keep it.
         let session_id = request
-            .as_ref()
-            .and_then(|r| r.session_id.clone())
-            .or_else(|| response.as_ref().and_then(|r| r.session_id.clone()))
+            .as_mut()
+            .and_then(|r| r.session_id.take())
+            .or_else(|| response.as_mut().and_then(|r| r.session_id.take()))
             .or_else(|| {
                 request
                     .as_ref()
@@ -692,9 +694,27 @@ impl ExchangeTracker {
             s.content.shrink();
         }
         let event_stream = response.as_ref().is_some_and(ResponseHead::is_event_stream);
-        let last_event_id = request.as_ref().and_then(|r| r.last_event_id.clone());
-        if let Some(request) = &request
-            && let Some(last_event_id) = last_event_id.clone()
+        let last_event_id = request.as_mut().and_then(|r| r.last_event_id.take());
+        let relevant = session_id.is_some() || event_stream || last_event_id.is_some();
+        let keep = self.keep_summaries && relevant;
+        if keep && self.summaries.len() >= MAX_SUMMARIES_PER_CONNECTION {
+            self.summaries_dropped += 1;
+        }
+        let keep = keep && self.summaries.len() < MAX_SUMMARIES_PER_CONNECTION;
+        // The summary's copies of the request, made before the resume takes the originals.
+        let head = match &request {
+            Some(r) if keep => Some((
+                r.method.clone(),
+                cut_text(r.target.as_bytes()),
+                r.protocol_version.clone(),
+                r.first,
+            )),
+            _ => None,
+        };
+        let kept_session_id = if keep { session_id.clone() } else { None };
+        let kept_last_event_id = if keep { last_event_id.clone() } else { None };
+        if let Some(request) = request
+            && let Some(last_event_id) = last_event_id
         {
             self.decide(
                 exchange,
@@ -704,28 +724,27 @@ impl ExchangeTracker {
                 summary.as_deref(),
                 end,
                 last_event_id,
-                session_id.clone(),
+                session_id,
                 no_answer,
                 mark,
             );
         }
-        let relevant = session_id.is_some() || event_stream || last_event_id.is_some();
-        if !(self.keep_summaries && relevant) {
+        if !keep {
             return;
         }
-        if self.summaries.len() >= MAX_SUMMARIES_PER_CONNECTION {
-            self.summaries_dropped += 1;
-            return;
-        }
+        let (method, target, protocol_version, request) = match head {
+            Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
+            None => (None, None, None, None),
+        };
         self.summaries.push(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
-            session_id,
-            method: request.as_ref().map(|r| r.method.clone()),
-            target: request.as_ref().map(|r| cut_text(r.target.as_bytes())),
-            last_event_id,
-            protocol_version: request.as_ref().and_then(|r| r.protocol_version.clone()),
-            request: request.as_ref().map(|r| r.first),
+            session_id: kept_session_id,
+            method,
+            target,
+            last_event_id: kept_last_event_id,
+            protocol_version,
+            request,
             status: response.as_ref().map(|r| r.status),
             response: response.as_ref().map(|r| r.first),
             event_stream,
@@ -739,9 +758,9 @@ impl ExchangeTracker {
     fn decide(
         &mut self,
         exchange: u32,
-        request: &RequestHead,
+        request: RequestHead,
         response: Option<&ResponseHead>,
-        resume: Option<ResumeFacts>,
+        mut resume: Option<ResumeFacts>,
         summary: Option<&StreamSummary>,
         end: Option<(BodyEnd, Mark)>,
         last_event_id: String,
@@ -782,7 +801,7 @@ impl ExchangeTracker {
                                resumption)";
         }
         let (mut first_id, first_truncated, mut first_mark) =
-            match resume.as_ref().and_then(|s| s.first_id.clone()) {
+            match resume.as_mut().and_then(|s| s.first_id.take()) {
                 Some((id, truncated, m)) => (Some(id), truncated, Some(m)),
                 None => (None, false, None),
             };
@@ -823,9 +842,9 @@ impl ExchangeTracker {
             first_event_id: first_id,
             first_id_after_gap,
             first_event_id_truncated: first_truncated,
-            method: request.method.clone(),
-            target: request.target.clone(),
-            protocol_version: request.protocol_version.clone(),
+            method: request.method,
+            target: request.target,
+            protocol_version: request.protocol_version,
             request: request.first,
             status: response.map(|r| r.status),
             content_type: response.and_then(|r| r.content_type.clone()),
