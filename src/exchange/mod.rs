@@ -493,7 +493,10 @@ struct StreamState {
 struct OpenExchange {
     request: Option<RequestHead>,
     response: Option<ResponseHead>,
-    stream: Option<StreamState>,
+    /// Boxed: only event streams have one, and inline it made every connection's tracker (the
+    /// hot exchange is held in it) and every open exchange several hundred bytes larger, and
+    /// those bytes were copied each time an exchange went into or out of the table.
+    stream: Option<Box<StreamState>>,
     end: Option<(BodyEnd, Mark)>,
 }
 
@@ -661,7 +664,8 @@ impl ExchangeTracker {
         let (resume, summary) = match stream {
             Some(mut s) => {
                 s.facts.finish();
-                (s.facts.resume, s.facts.summary)
+                let StreamState { facts, .. } = *s;
+                (facts.resume, facts.summary)
             }
             None => (None, None),
         };
@@ -1417,6 +1421,11 @@ type SeenId = (u64, Mark, u32, u16);
 /// Ids per chunk of [`SeenIds`]: growing one vector a doubling at a time cost a reallocation
 /// and a copy each, for every resumed stream.
 const SEEN_IDS_CHUNK: usize = 128;
+/// Room the first chunk starts with (and bytes of text per id it starts with): most resumed
+/// streams end after a few ids, and thousands of them are open at once when sessions
+/// interleave, so a full chunk (4 KiB, and 1 KiB of text) for each was most of their memory.
+/// The first chunk grows to [`SEEN_IDS_CHUNK`] by doublings, three at most.
+const SEEN_IDS_FIRST: usize = 16;
 
 impl SeenIds {
     fn get(&self, i: usize) -> Option<&SeenId> {
@@ -1440,10 +1449,15 @@ impl SeenIds {
         let chunk = match self.ids.last_mut() {
             Some(c) if c.len() < SEEN_IDS_CHUNK => c,
             _ => {
+                let room = if self.ids.is_empty() {
+                    SEEN_IDS_FIRST
+                } else {
+                    SEEN_IDS_CHUNK
+                };
                 if self.text.capacity() == 0 {
-                    self.text.reserve_exact(SEEN_IDS_CHUNK * 8);
+                    self.text.reserve_exact(room * 8);
                 }
-                self.ids.push(Vec::with_capacity(SEEN_IDS_CHUNK));
+                self.ids.push(Vec::with_capacity(room));
                 let Some(c) = self.ids.last_mut() else {
                     return false;
                 };
@@ -1806,7 +1820,7 @@ impl HttpSink for ExchangeTracker {
                 priming_ack: None,
                 seen: SeenIds::default(),
             });
-            ex.stream = Some(StreamState {
+            ex.stream = Some(Box::new(StreamState {
                 parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
                 facts: StreamFacts {
                     resume,
@@ -1818,7 +1832,7 @@ impl HttpSink for ExchangeTracker {
                     last_int: None,
                     max_id: limits.max_sse_field_bytes,
                 },
-            });
+            }));
         }
         ex.response = Some(head);
     }
@@ -1827,7 +1841,7 @@ impl HttpSink for ExchangeTracker {
         let Some(ex) = self.get(exchange) else {
             return;
         };
-        let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
+        let Some(StreamState { parser, facts }) = ex.stream.as_deref_mut() else {
             return;
         };
         parser.feed_sink(bytes, mark, facts);
