@@ -691,7 +691,17 @@ struct Shard {
     ignore: Arc<[EndpointFilter]>,
     /// The TLS secrets known at this point of the capture.
     keys: Arc<KeyLog>,
+    /// Emptied resume and summary lists of finished connections, given to new ones (at most
+    /// [`SPARE_LISTS`]): a connection's first resume and first summary each allocated room
+    /// for four (several KiB) that [`drain`] emptied at once, so a short connection (a
+    /// reconnect loop) paid two large allocations for one exchange.
+    spare_lists: Vec<(Vec<ResumeRecord>, Vec<ExchangeSummary>)>,
 }
+
+/// Emptied record lists a shard keeps for new connections.
+const SPARE_LISTS: usize = 16;
+/// Room past which a finished connection's lists are freed rather than kept.
+const SPARE_LIST_ROOM: usize = 8;
 
 impl Shard {
     fn new(limits: &Limits, keys: Arc<KeyLog>, ignore: Arc<[EndpointFilter]>) -> Self {
@@ -705,16 +715,22 @@ impl Shard {
             unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,
             ignore,
+            spare_lists: Vec::new(),
         }
     }
 
     fn open(&mut self, stream: u64, endpoints: (Endpoint, Endpoint), from_start: bool) {
+        let mut tracker = ExchangeTracker::new(&self.limits);
+        if let Some((resumes, summaries)) = self.spare_lists.pop() {
+            tracker.resumes = resumes;
+            tracker.summaries = summaries;
+        }
         self.conns.insert(
             stream,
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
-                tracker: ExchangeTracker::new(&self.limits),
+                tracker,
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -889,6 +905,17 @@ impl Shard {
         }
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
+        // `drain` emptied both lists above.
+        let (resumes, summaries) = (&mut c.tracker.resumes, &mut c.tracker.summaries);
+        if self.spare_lists.len() < SPARE_LISTS
+            && resumes.is_empty()
+            && summaries.is_empty()
+            && resumes.capacity() <= SPARE_LIST_ROOM
+            && summaries.capacity() <= SPARE_LIST_ROOM
+        {
+            self.spare_lists
+                .push((std::mem::take(resumes), std::mem::take(summaries)));
+        }
     }
 
     fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
