@@ -691,7 +691,17 @@ struct Shard {
     ignore: Arc<[EndpointFilter]>,
     /// The TLS secrets known at this point of the capture.
     keys: Arc<KeyLog>,
+    /// Emptied resume and summary lists of finished connections, given to new ones (at most
+    /// [`SPARE_LISTS`]): a connection's first resume and first summary each allocated room
+    /// for four (several KiB) that [`drain`] emptied at once, so a short connection (a
+    /// reconnect loop) paid two large allocations for one exchange.
+    spare_lists: Vec<(Vec<ResumeRecord>, Vec<ExchangeSummary>)>,
 }
+
+/// Emptied record lists a shard keeps for new connections.
+const SPARE_LISTS: usize = 16;
+/// Room past which a finished connection's lists are freed rather than kept.
+const SPARE_LIST_ROOM: usize = 8;
 
 impl Shard {
     fn new(limits: &Limits, keys: Arc<KeyLog>, ignore: Arc<[EndpointFilter]>) -> Self {
@@ -705,16 +715,22 @@ impl Shard {
             unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,
             ignore,
+            spare_lists: Vec::new(),
         }
     }
 
     fn open(&mut self, stream: u64, endpoints: (Endpoint, Endpoint), from_start: bool) {
+        let mut tracker = ExchangeTracker::new(&self.limits);
+        if let Some((resumes, summaries)) = self.spare_lists.pop() {
+            tracker.resumes = resumes;
+            tracker.summaries = summaries;
+        }
         self.conns.insert(
             stream,
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
-                tracker: ExchangeTracker::new(&self.limits),
+                tracker,
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -889,6 +905,17 @@ impl Shard {
         }
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
+        // `drain` emptied both lists above.
+        let (resumes, summaries) = (&mut c.tracker.resumes, &mut c.tracker.summaries);
+        if self.spare_lists.len() < SPARE_LISTS
+            && resumes.is_empty()
+            && summaries.is_empty()
+            && resumes.capacity() <= SPARE_LIST_ROOM
+            && summaries.capacity() <= SPARE_LIST_ROOM
+        {
+            self.spare_lists
+                .push((std::mem::take(resumes), std::mem::take(summaries)));
+        }
     }
 
     fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
@@ -959,29 +986,27 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         },
     };
     let overflowed = c.tcp.stats().overflows > 0;
-    let mut resumes: Vec<ResumeRecord> = c
-        .tracker
-        .resumes
-        .drain(..)
-        .map(|mut r| {
-            // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
-            if overflowed
-                && r.decision.verdict == Verdict::CaptureIncomplete
-                && r.decision.reason != LimitHit::Connections.reason()
-            {
-                r.decision.blame_limit(LimitHit::OutOfOrder);
-            }
-            r.connection = connection.clone();
-            r
-        })
-        .collect();
+    let finished = |mut r: ResumeRecord| {
+        // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
+        if overflowed
+            && r.decision.verdict == Verdict::CaptureIncomplete
+            && r.decision.reason != LimitHit::Connections.reason()
+        {
+            r.decision.blame_limit(LimitHit::OutOfOrder);
+        }
+        r.connection = connection.clone();
+        r
+    };
+    // The resumes are taken from the tracker's own list, which keeps its room for the
+    // connection's next ones: a list of their own cost an allocation at every drain.
+    let resumes = &mut c.tracker.resumes;
     for mut x in c.tracker.summaries.drain(..) {
         x.connection = connection.clone();
         let exchange = x.exchange;
         let r = resumes
             .iter()
             .position(|r| r.exchange == exchange)
-            .map(|i| resumes.remove(i));
+            .map(|i| finished(resumes.remove(i)));
         events.push(Keyed {
             frame,
             stream,
@@ -989,12 +1014,12 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             event: StageEvent::Ended(Box::new((Some(x), r))),
         });
     }
-    for r in resumes {
+    for r in resumes.drain(..) {
         events.push(Keyed {
             frame,
             stream,
             exchange: r.exchange,
-            event: StageEvent::Ended(Box::new((None, Some(r)))),
+            event: StageEvent::Ended(Box::new((None, Some(finished(r))))),
         });
     }
 }
@@ -1077,9 +1102,9 @@ impl<'s> Merger<'s> {
         }
         self.pending.sort_by_key(Keyed::key);
         let n = self.pending.partition_point(|k| k.frame <= upto);
-        let rest = self.pending.split_off(n);
-        let ready = std::mem::replace(&mut self.pending, rest);
-        for k in ready {
+        // Drained in place: the buffer keeps its room for the next events, where splitting
+        // it off allocated a new one at nearly every frame that ended an exchange.
+        for k in self.pending.drain(..n) {
             let key = (k.stream, k.exchange);
             match k.event {
                 StageEvent::Opened(sid) => self.facts.opened(&sid, key),
@@ -1155,6 +1180,12 @@ const HANDED_QUEUED: usize = 4;
 
 /// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
+
+/// Event buffers the session stage has emptied, given back to the worker that filled them:
+/// the worker's next events go into the room they already have, and the buffer is never
+/// freed on a thread other than the one that allocated it (glibc's malloc pays for such
+/// frees with a lock on the other thread's arena and consolidations).
+type Emptied = mpsc::Sender<Vec<Keyed>>;
 
 struct Threaded {
     senders: Vec<mpsc::SyncSender<Batch>>,
@@ -1387,15 +1418,21 @@ fn analyze_capture<'a>(
             // Bounded, so that a stage slower than the workers (a huge session's audits) holds
             // them back rather than its queue growing.
             let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
+            let (emptied_tx, emptied): (Vec<Emptied>, Vec<_>) =
+                (0..n).map(|_| mpsc::channel::<Vec<Keyed>>()).unzip();
             let stage = scope.spawn(move || {
                 let mut merger = Merger::new(n, sink);
                 for (w, done, mut events) in handed {
                     merger.take(w, done, &mut events);
                     merger.release();
+                    if let Some(back) = emptied_tx.get(w) {
+                        // A worker that is gone no longer needs it; it is freed here then.
+                        let _ = back.send(events);
+                    }
                 }
                 merger.finish()
             });
-            for w in 0..n {
+            for (w, emptied) in emptied.into_iter().enumerate() {
                 let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
                 senders.push(tx);
                 let limits = opts.limits.clone();
@@ -1415,7 +1452,9 @@ fn analyze_capture<'a>(
                         // The reader may be done already; then the batch is simply freed.
                         let _ = spare_tx.send(batch);
                         if !shard.events.is_empty() || done.is_multiple_of(HAND_OVER_FRAMES) {
-                            let _ = handed_tx.send((w, done, std::mem::take(&mut shard.events)));
+                            let next = emptied.try_recv().unwrap_or_default();
+                            let events = std::mem::replace(&mut shard.events, next);
+                            let _ = handed_tx.send((w, done, events));
                         }
                     }
                     shard

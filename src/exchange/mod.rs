@@ -493,7 +493,10 @@ struct StreamState {
 struct OpenExchange {
     request: Option<RequestHead>,
     response: Option<ResponseHead>,
-    stream: Option<StreamState>,
+    /// Boxed: only event streams have one, and inline it made every connection's tracker (the
+    /// hot exchange is held in it) and every open exchange several hundred bytes larger, and
+    /// those bytes were copied each time an exchange went into or out of the table.
+    stream: Option<Box<StreamState>>,
     end: Option<(BodyEnd, Mark)>,
 }
 
@@ -653,15 +656,16 @@ impl ExchangeTracker {
     /// An exchange is over: its summary is kept, and a resume is decided.
     fn complete(&mut self, exchange: u32, ex: OpenExchange, no_answer: NoAnswer, mark: Mark) {
         let OpenExchange {
-            request,
-            response,
+            mut request,
+            mut response,
             stream,
             end,
         } = ex;
         let (resume, summary) = match stream {
             Some(mut s) => {
                 s.facts.finish();
-                (s.facts.resume, s.facts.summary)
+                let StreamState { facts, .. } = *s;
+                (facts.resume, facts.summary)
             }
             None => (None, None),
         };
@@ -674,10 +678,12 @@ impl ExchangeTracker {
                 || summary
                     .as_ref()
                     .is_some_and(|s| s.endpoint_session.is_some()));
+        // The heads end here: what the records need is taken out of them rather than copied,
+        // and copied only where both the resume and the summary keep it.
         let session_id = request
-            .as_ref()
-            .and_then(|r| r.session_id.clone())
-            .or_else(|| response.as_ref().and_then(|r| r.session_id.clone()))
+            .as_mut()
+            .and_then(|r| r.session_id.take())
+            .or_else(|| response.as_mut().and_then(|r| r.session_id.take()))
             .or_else(|| {
                 request
                     .as_ref()
@@ -692,9 +698,27 @@ impl ExchangeTracker {
             s.content.shrink();
         }
         let event_stream = response.as_ref().is_some_and(ResponseHead::is_event_stream);
-        let last_event_id = request.as_ref().and_then(|r| r.last_event_id.clone());
-        if let Some(request) = &request
-            && let Some(last_event_id) = last_event_id.clone()
+        let last_event_id = request.as_mut().and_then(|r| r.last_event_id.take());
+        let relevant = session_id.is_some() || event_stream || last_event_id.is_some();
+        let keep = self.keep_summaries && relevant;
+        if keep && self.summaries.len() >= MAX_SUMMARIES_PER_CONNECTION {
+            self.summaries_dropped += 1;
+        }
+        let keep = keep && self.summaries.len() < MAX_SUMMARIES_PER_CONNECTION;
+        // The summary's copies of the request, made before the resume takes the originals.
+        let head = match &request {
+            Some(r) if keep => Some((
+                r.method.clone(),
+                cut_text(r.target.as_bytes()),
+                r.protocol_version.clone(),
+                r.first,
+            )),
+            _ => None,
+        };
+        let kept_session_id = if keep { session_id.clone() } else { None };
+        let kept_last_event_id = if keep { last_event_id.clone() } else { None };
+        if let Some(request) = request
+            && let Some(last_event_id) = last_event_id
         {
             self.decide(
                 exchange,
@@ -704,28 +728,27 @@ impl ExchangeTracker {
                 summary.as_deref(),
                 end,
                 last_event_id,
-                session_id.clone(),
+                session_id,
                 no_answer,
                 mark,
             );
         }
-        let relevant = session_id.is_some() || event_stream || last_event_id.is_some();
-        if !(self.keep_summaries && relevant) {
+        if !keep {
             return;
         }
-        if self.summaries.len() >= MAX_SUMMARIES_PER_CONNECTION {
-            self.summaries_dropped += 1;
-            return;
-        }
+        let (method, target, protocol_version, request) = match head {
+            Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
+            None => (None, None, None, None),
+        };
         self.summaries.push(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
-            session_id,
-            method: request.as_ref().map(|r| r.method.clone()),
-            target: request.as_ref().map(|r| cut_text(r.target.as_bytes())),
-            last_event_id,
-            protocol_version: request.as_ref().and_then(|r| r.protocol_version.clone()),
-            request: request.as_ref().map(|r| r.first),
+            session_id: kept_session_id,
+            method,
+            target,
+            last_event_id: kept_last_event_id,
+            protocol_version,
+            request,
             status: response.as_ref().map(|r| r.status),
             response: response.as_ref().map(|r| r.first),
             event_stream,
@@ -739,9 +762,9 @@ impl ExchangeTracker {
     fn decide(
         &mut self,
         exchange: u32,
-        request: &RequestHead,
+        request: RequestHead,
         response: Option<&ResponseHead>,
-        resume: Option<ResumeFacts>,
+        mut resume: Option<ResumeFacts>,
         summary: Option<&StreamSummary>,
         end: Option<(BodyEnd, Mark)>,
         last_event_id: String,
@@ -782,7 +805,7 @@ impl ExchangeTracker {
                                resumption)";
         }
         let (mut first_id, first_truncated, mut first_mark) =
-            match resume.as_ref().and_then(|s| s.first_id.clone()) {
+            match resume.as_mut().and_then(|s| s.first_id.take()) {
                 Some((id, truncated, m)) => (Some(id), truncated, Some(m)),
                 None => (None, false, None),
             };
@@ -823,9 +846,9 @@ impl ExchangeTracker {
             first_event_id: first_id,
             first_id_after_gap,
             first_event_id_truncated: first_truncated,
-            method: request.method.clone(),
-            target: request.target.clone(),
-            protocol_version: request.protocol_version.clone(),
+            method: request.method,
+            target: request.target,
+            protocol_version: request.protocol_version,
             request: request.first,
             status: response.map(|r| r.status),
             content_type: response.and_then(|r| r.content_type.clone()),
@@ -1398,6 +1421,11 @@ type SeenId = (u64, Mark, u32, u16);
 /// Ids per chunk of [`SeenIds`]: growing one vector a doubling at a time cost a reallocation
 /// and a copy each, for every resumed stream.
 const SEEN_IDS_CHUNK: usize = 128;
+/// Room the first chunk starts with (and bytes of text per id it starts with): most resumed
+/// streams end after a few ids, and thousands of them are open at once when sessions
+/// interleave, so a full chunk (4 KiB, and 1 KiB of text) for each was most of their memory.
+/// The first chunk grows to [`SEEN_IDS_CHUNK`] by doublings, three at most.
+const SEEN_IDS_FIRST: usize = 16;
 
 impl SeenIds {
     fn get(&self, i: usize) -> Option<&SeenId> {
@@ -1421,10 +1449,15 @@ impl SeenIds {
         let chunk = match self.ids.last_mut() {
             Some(c) if c.len() < SEEN_IDS_CHUNK => c,
             _ => {
+                let room = if self.ids.is_empty() {
+                    SEEN_IDS_FIRST
+                } else {
+                    SEEN_IDS_CHUNK
+                };
                 if self.text.capacity() == 0 {
-                    self.text.reserve_exact(SEEN_IDS_CHUNK * 8);
+                    self.text.reserve_exact(room * 8);
                 }
-                self.ids.push(Vec::with_capacity(SEEN_IDS_CHUNK));
+                self.ids.push(Vec::with_capacity(room));
                 let Some(c) = self.ids.last_mut() else {
                     return false;
                 };
@@ -1787,7 +1820,7 @@ impl HttpSink for ExchangeTracker {
                 priming_ack: None,
                 seen: SeenIds::default(),
             });
-            ex.stream = Some(StreamState {
+            ex.stream = Some(Box::new(StreamState {
                 parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
                 facts: StreamFacts {
                     resume,
@@ -1799,7 +1832,7 @@ impl HttpSink for ExchangeTracker {
                     last_int: None,
                     max_id: limits.max_sse_field_bytes,
                 },
-            });
+            }));
         }
         ex.response = Some(head);
     }
@@ -1808,7 +1841,7 @@ impl HttpSink for ExchangeTracker {
         let Some(ex) = self.get(exchange) else {
             return;
         };
-        let Some(StreamState { parser, facts }) = ex.stream.as_mut() else {
+        let Some(StreamState { parser, facts }) = ex.stream.as_deref_mut() else {
             return;
         };
         parser.feed_sink(bytes, mark, facts);
