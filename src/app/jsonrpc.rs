@@ -21,21 +21,27 @@ use memchr::{memchr, memchr2};
 pub enum RpcFact<'a> {
     /// A response (`result` or `error`) to the client's request with this raw JSON id.
     Response {
+        /// The raw JSON id.
         id: &'a [u8],
     },
     /// A request from the server to the client (it has `method` and `id`).
     Request {
+        /// The raw JSON id.
         id: &'a [u8],
     },
     /// `notifications/progress`: the raw JSON progress token and the progress value.
     Progress {
+        /// The raw JSON progress token.
         token: &'a [u8],
+        /// The progress value.
         progress: f64,
     },
     /// A `notifications/.../list_changed` notification; the method as sent (raw string body).
     ListChanged {
+        /// The method as sent.
         method: &'a [u8],
     },
+    /// Anything else, or data that is not a JSON-RPC message.
     Other,
 }
 
@@ -303,6 +309,20 @@ fn top_level(data: &[u8]) -> TopLevel<'_> {
     t
 }
 
+/// The progress value as a finite number. Progress is nearly always a small whole number,
+/// read here without the float parser: up to 15 digits it is exact in an f64, as the parser
+/// would give it.
+fn progress_value(raw: &[u8]) -> Option<f64> {
+    if !raw.is_empty() && raw.len() <= 15 && raw.iter().all(u8::is_ascii_digit) {
+        let n = raw.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        return Some(n as f64);
+    }
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
 /// Reads what an event's data says. `data` is the kept prefix of the data buffer.
 pub fn classify(data: &[u8]) -> RpcFact<'_> {
     // Pre-filter: only an object can be a JSON-RPC message.
@@ -341,11 +361,7 @@ pub fn classify(data: &[u8]) -> RpcFact<'_> {
         let (Some(token), Some(value)) = (token, value) else {
             return RpcFact::Other;
         };
-        let Some(progress) = std::str::from_utf8(value)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-        else {
+        let Some(progress) = progress_value(value) else {
             return RpcFact::Other;
         };
         return RpcFact::Progress { token, progress };
@@ -528,6 +544,38 @@ mod tests {
         }
         assert_eq!(skip_string(br#""a\\"b"#, 0), Some(5));
         assert_eq!(skip_string(br#""\\\"""#, 0), Some(6));
+    }
+
+    #[test]
+    fn progress_values_read_as_the_float_parser_reads_them() {
+        let cases: [&[u8]; 14] = [
+            b"0",
+            b"7",
+            b"007",
+            b"1000",
+            b"999999999999999",
+            b"9999999999999999",
+            b"18446744073709551616",
+            b"2.5",
+            b"-3",
+            b"1e3",
+            b"1e999",
+            b"",
+            b"x",
+            b"1 ",
+        ];
+        for raw in cases {
+            let want = std::str::from_utf8(raw)
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|v| v.is_finite());
+            assert_eq!(
+                progress_value(raw),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
     }
 
     #[test]

@@ -510,6 +510,7 @@ impl SseParser {
     /// Takes the value bytes of `field` that `rest` holds up to its line end, and the line end;
     /// returns the bytes after it. Without a line end in `rest` the line goes on in the next
     /// feed, in the `Value` state.
+    #[inline]
     fn value_run<'b>(&mut self, field: Field, rest: &'b [u8]) -> &'b [u8] {
         match split_line_end(rest) {
             None => {
@@ -552,6 +553,7 @@ impl SseParser {
     /// Takes the line end `stop` (CR or LF) whose following bytes are `after`: the LF of a
     /// CRLF is consumed here when present, or remembered for the next feed when the CR was
     /// the last byte.
+    #[inline]
     fn line_end<'b>(&mut self, stop: u8, after: &'b [u8]) -> &'b [u8] {
         if stop != b'\r' {
             return after;
@@ -579,6 +581,7 @@ impl SseParser {
         Field::from_name(self.name.get(..self.name_len).unwrap_or(&[]))
     }
 
+    #[inline]
     fn begin_value(&mut self, field: Field) {
         self.block.has_field = true;
         self.line_value_cut = false;
@@ -615,7 +618,13 @@ impl SseParser {
                 append_bounded(&mut self.block.data, part, self.keep_data);
             }
             Field::Id => {
-                if memchr(0, part).is_some() {
+                // Ids are short: a loop over a few bytes costs less than the call to memchr.
+                let has_nul = if part.len() <= 16 {
+                    part.contains(&0)
+                } else {
+                    memchr(0, part).is_some()
+                };
+                if has_nul {
                     self.line_id_has_nul = true;
                 }
                 if append_bounded(&mut self.line_id, part, self.field_limit) {
@@ -646,6 +655,7 @@ impl SseParser {
         }
     }
 
+    #[inline]
     fn end_value(&mut self, field: Field) {
         if self.line_value_cut {
             self.fields_cut = self.fields_cut.saturating_add(1);
