@@ -55,6 +55,7 @@ pub use report::{write_finding, write_resume, write_session};
 #[doc(hidden)]
 pub mod stages {
     pub use crate::app::http1::HttpConnection;
+    pub use crate::app::jsonrpc::{RpcFact, classify};
     pub use crate::app::sse::{OwnedSseEvent, SseEvent, SseParser};
     pub use crate::audit::verdict::{self, IdOrder, ResponseFacts, StreamOutcome};
     pub use crate::exchange::ExchangeTracker;

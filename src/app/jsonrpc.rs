@@ -21,21 +21,27 @@ use memchr::{memchr, memchr2};
 pub enum RpcFact<'a> {
     /// A response (`result` or `error`) to the client's request with this raw JSON id.
     Response {
+        /// The raw JSON id.
         id: &'a [u8],
     },
     /// A request from the server to the client (it has `method` and `id`).
     Request {
+        /// The raw JSON id.
         id: &'a [u8],
     },
     /// `notifications/progress`: the raw JSON progress token and the progress value.
     Progress {
+        /// The raw JSON progress token.
         token: &'a [u8],
+        /// The progress value.
         progress: f64,
     },
     /// A `notifications/.../list_changed` notification; the method as sent (raw string body).
     ListChanged {
+        /// The method as sent.
         method: &'a [u8],
     },
+    /// Anything else, or data that is not a JSON-RPC message.
     Other,
 }
 
@@ -60,18 +66,38 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The word whose every byte is `b`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// The high bit of every zero byte of `w` set, and possibly of bytes above the lowest zero
+/// byte (a borrow runs on from it): the lowest set bit always marks a zero byte.
+fn zero_bytes(w: u64) -> u64 {
+    w.wrapping_sub(splat(1)) & !w & splat(0x80)
+}
+
 /// Index just past the string starting at `i` (which holds the opening quote).
 fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
-    // Keys and short values end within a few bytes: look there before calling memchr.
-    let near = b.get(j..)?;
-    for (k, &c) in near.iter().take(32).enumerate() {
-        if c == b'"' {
-            return Some(j + k + 1);
-        }
-        if c == b'\\' {
+    // Keys and short values end within a few words: look there a word at a time before
+    // calling memchr2, whose call costs more than such a string.
+    for _ in 0..4 {
+        let Some(chunk) = b.get(j..).and_then(<[u8]>::first_chunk::<8>) else {
+            break;
+        };
+        let w = u64::from_le_bytes(*chunk);
+        let hits = zero_bytes(w ^ splat(b'"')) | zero_bytes(w ^ splat(b'\\'));
+        if hits != 0 {
+            j += (hits.trailing_zeros() / 8) as usize;
+            if b.get(j) == Some(&b'"') {
+                return Some(j + 1);
+            }
+            // An escape: the byte after the backslash is never the end.
+            j += 2;
             break;
         }
+        j += 8;
     }
     loop {
         let rest = b.get(j..)?;
@@ -141,7 +167,9 @@ const JSONRPC_HEAD: &[u8] = br#"{"jsonrpc":"2.0","#;
 
 impl<'a> Members<'a> {
     fn new(b: &'a [u8]) -> Self {
-        if b.starts_with(JSONRPC_HEAD) {
+        if b.get(..JSONRPC_HEAD.len())
+            .is_some_and(|head| is(head, JSONRPC_HEAD))
+        {
             return Members {
                 b,
                 i: JSONRPC_HEAD.len(),
@@ -281,6 +309,20 @@ fn top_level(data: &[u8]) -> TopLevel<'_> {
     t
 }
 
+/// The progress value as a finite number. Progress is nearly always a small whole number,
+/// read here without the float parser: up to 15 digits it is exact in an f64, as the parser
+/// would give it.
+fn progress_value(raw: &[u8]) -> Option<f64> {
+    if !raw.is_empty() && raw.len() <= 15 && raw.iter().all(u8::is_ascii_digit) {
+        let n = raw.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        return Some(n as f64);
+    }
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
 /// Reads what an event's data says. `data` is the kept prefix of the data buffer.
 pub fn classify(data: &[u8]) -> RpcFact<'_> {
     // Pre-filter: only an object can be a JSON-RPC message.
@@ -319,11 +361,7 @@ pub fn classify(data: &[u8]) -> RpcFact<'_> {
         let (Some(token), Some(value)) = (token, value) else {
             return RpcFact::Other;
         };
-        let Some(progress) = std::str::from_utf8(value)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-        else {
+        let Some(progress) = progress_value(value) else {
             return RpcFact::Other;
         };
         return RpcFact::Progress { token, progress };
@@ -482,6 +520,61 @@ mod tests {
             b"{{{{\"id\"",
         ] {
             assert_eq!(classify(junk), RpcFact::Other);
+        }
+    }
+
+    #[test]
+    fn strings_end_at_their_first_unescaped_quote_at_every_offset() {
+        // Either side of the word-at-a-time look and of the handover to memchr2.
+        for len in 0..48 {
+            for esc in 0..=len {
+                let mut body = vec![b'a'; len];
+                if esc + 1 < len {
+                    body[esc] = b'\\';
+                    body[esc + 1] = b'"';
+                }
+                let text = [&b"\""[..], &body, b"\",1"].concat();
+                let want = len + 2;
+                assert_eq!(skip_string(&text, 0), Some(want), "len {len} escape {esc}");
+                // Cut inside the string: no end.
+                for cut in 0..want {
+                    assert_eq!(skip_string(&text[..cut], 0), None, "len {len} cut {cut}");
+                }
+            }
+        }
+        assert_eq!(skip_string(br#""a\\"b"#, 0), Some(5));
+        assert_eq!(skip_string(br#""\\\"""#, 0), Some(6));
+    }
+
+    #[test]
+    fn progress_values_read_as_the_float_parser_reads_them() {
+        let cases: [&[u8]; 14] = [
+            b"0",
+            b"7",
+            b"007",
+            b"1000",
+            b"999999999999999",
+            b"9999999999999999",
+            b"18446744073709551616",
+            b"2.5",
+            b"-3",
+            b"1e3",
+            b"1e999",
+            b"",
+            b"x",
+            b"1 ",
+        ];
+        for raw in cases {
+            let want = std::str::from_utf8(raw)
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|v| v.is_finite());
+            assert_eq!(
+                progress_value(raw),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
         }
     }
 

@@ -395,6 +395,17 @@ impl SseParser {
                             self.stats.comments = self.stats.comments.saturating_add(1);
                             self.line = LineState::Ignored;
                             tail
+                        } else if let Some((field, value)) = known_head(rest) {
+                            self.begin_value(field);
+                            // The optional space, when it is in this slice already.
+                            match value.split_first() {
+                                Some((&b' ', after)) => self.value_run(field, after),
+                                Some(_) => self.value_run(field, value),
+                                None => {
+                                    self.line = LineState::ValueStart(field);
+                                    value
+                                }
+                            }
                         } else if let Some(after) = self.whole_line(rest) {
                             after
                         } else {
@@ -466,18 +477,7 @@ impl SseParser {
                     self.line = LineState::Value(field);
                     if first == b' ' { tail } else { rest }
                 }
-                LineState::Value(field) => match split_line_end(rest) {
-                    None => {
-                        self.value_bytes(field, rest);
-                        &[]
-                    }
-                    Some((value, stop, after)) => {
-                        self.value_bytes(field, value);
-                        self.end_value(field);
-                        self.line = LineState::Start;
-                        self.line_end(stop, after)
-                    }
-                },
+                LineState::Value(field) => self.value_run(field, rest),
                 LineState::Ignored => match split_line_end(rest) {
                     None => &[],
                     Some((_, stop, after)) => {
@@ -507,6 +507,26 @@ impl SseParser {
         }
     }
 
+    /// Takes the value bytes of `field` that `rest` holds up to its line end, and the line end;
+    /// returns the bytes after it. Without a line end in `rest` the line goes on in the next
+    /// feed, in the `Value` state.
+    #[inline]
+    fn value_run<'b>(&mut self, field: Field, rest: &'b [u8]) -> &'b [u8] {
+        match split_line_end(rest) {
+            None => {
+                self.value_bytes(field, rest);
+                self.line = LineState::Value(field);
+                &[]
+            }
+            Some((value, stop, after)) => {
+                self.value_bytes(field, value);
+                self.end_value(field);
+                self.line = LineState::Start;
+                self.line_end(stop, after)
+            }
+        }
+    }
+
     /// A field line that is whole in `rest` and whose name (at most [`NAME_CAP`] bytes) ends
     /// at a colon, read at once: the same calls the Name and Value states make for it, in one
     /// step instead of a step per state. Returns the bytes after its line end, or `None`
@@ -533,6 +553,7 @@ impl SseParser {
     /// Takes the line end `stop` (CR or LF) whose following bytes are `after`: the LF of a
     /// CRLF is consumed here when present, or remembered for the next feed when the CR was
     /// the last byte.
+    #[inline]
     fn line_end<'b>(&mut self, stop: u8, after: &'b [u8]) -> &'b [u8] {
         if stop != b'\r' {
             return after;
@@ -560,6 +581,7 @@ impl SseParser {
         Field::from_name(self.name.get(..self.name_len).unwrap_or(&[]))
     }
 
+    #[inline]
     fn begin_value(&mut self, field: Field) {
         self.block.has_field = true;
         self.line_value_cut = false;
@@ -596,7 +618,13 @@ impl SseParser {
                 append_bounded(&mut self.block.data, part, self.keep_data);
             }
             Field::Id => {
-                if memchr(0, part).is_some() {
+                // Ids are short: a loop over a few bytes costs less than the call to memchr.
+                let has_nul = if part.len() <= 16 {
+                    part.contains(&0)
+                } else {
+                    memchr(0, part).is_some()
+                };
+                if has_nul {
                     self.line_id_has_nul = true;
                 }
                 if append_bounded(&mut self.line_id, part, self.field_limit) {
@@ -627,6 +655,7 @@ impl SseParser {
         }
     }
 
+    #[inline]
     fn end_value(&mut self, field: Field) {
         if self.line_value_cut {
             self.fields_cut = self.fields_cut.saturating_add(1);
@@ -675,9 +704,86 @@ impl SseParser {
     }
 }
 
+/// Eight bytes packed little-endian, the first in the lowest bits; zeros past the end of
+/// `bytes`.
+const fn word(bytes: &[u8]) -> u64 {
+    let mut w = 0u64;
+    let mut i = 0;
+    while i < bytes.len() && i < 8 {
+        w |= (bytes[i] as u64) << (8 * i);
+        i += 1;
+    }
+    w
+}
+
+/// The word whose every byte is `b`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// The high bit of every zero byte of `w` set, and possibly of bytes above the lowest zero
+/// byte (a borrow runs on from it): the lowest set bit always marks a zero byte.
+fn zero_bytes(w: u64) -> u64 {
+    w.wrapping_sub(splat(1)) & !w & splat(0x80)
+}
+
+/// The lowest `n` bytes of a word.
+const fn low_bytes(n: u32) -> u64 {
+    (1u64 << (8 * n)) - 1
+}
+
+/// A line that opens with `data:`, `id:`, `event:` or `retry:`, told by one compare of its
+/// first eight bytes rather than by a scan for the colon and a compare of the name: the field
+/// and the bytes after the colon.
+#[inline]
+fn known_head(line: &[u8]) -> Option<(Field, &[u8])> {
+    const DATA: u64 = word(b"data:");
+    const ID: u64 = word(b"id:");
+    const EVENT: u64 = word(b"event:");
+    const RETRY: u64 = word(b"retry:");
+    let w = match line.first_chunk::<8>() {
+        Some(head) => u64::from_le_bytes(*head),
+        // A short line, or one the slice cuts: padded with zeros, which no name holds.
+        None => word(line),
+    };
+    let (field, colon_end) = if w & low_bytes(5) == DATA {
+        (Field::Data, 5)
+    } else if w & low_bytes(3) == ID {
+        (Field::Id, 3)
+    } else if w & low_bytes(6) == EVENT {
+        (Field::Event, 6)
+    } else if w & low_bytes(6) == RETRY {
+        (Field::Retry, 6)
+    } else {
+        return None;
+    };
+    Some((field, line.get(colon_end..)?))
+}
+
+/// Index of the first CR or LF in `bytes`.
+#[inline]
+fn find_line_end(bytes: &[u8]) -> Option<usize> {
+    // Ids, event types and the lines of small values end within a few words: look there a
+    // word at a time first, since a call to memchr2 costs more than such a line.
+    let mut at = 0;
+    while at < 16 {
+        let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
+            break;
+        };
+        let w = u64::from_le_bytes(*chunk);
+        let hits = zero_bytes(w ^ splat(b'\n')) | zero_bytes(w ^ splat(b'\r'));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    memchr2(b'\r', b'\n', bytes.get(at..)?).map(|i| at + i)
+}
+
 /// Splits at the first CR or LF: (line content, the terminator byte, bytes after it).
+#[inline]
 fn split_line_end(bytes: &[u8]) -> Option<(&[u8], u8, &[u8])> {
-    let at = memchr2(b'\r', b'\n', bytes)?;
+    let at = find_line_end(bytes)?;
     let (content, after) = bytes.split_at(at);
     let (&stop, after) = after.split_first()?;
     Some((content, stop, after))
@@ -1297,6 +1403,85 @@ mod tests {
             && tail[0] != b':'
             && matches!(name_value(tail).0, b"data" | b"id" | b"event" | b"retry");
         (out, block.has_field || open_field)
+    }
+
+    #[test]
+    fn line_ends_are_found_at_every_offset() {
+        // Either side of the word-at-a-time look and of the handover to memchr2.
+        for len in 0..48 {
+            for at in 0..=len {
+                for stop in [b'\r', b'\n'] {
+                    for filler in [b'x', b'\r' ^ 0x80, b'\n' + 1, 0] {
+                        let mut bytes = vec![filler; len];
+                        if let Some(b) = bytes.get_mut(at) {
+                            *b = stop;
+                        }
+                        let want = bytes.iter().position(|&b| b == b'\r' || b == b'\n');
+                        assert_eq!(find_line_end(&bytes), want, "len {len} at {at}");
+                    }
+                }
+            }
+        }
+        // The first of a CR and an LF, in either order.
+        assert_eq!(find_line_end(b"abc\n\r"), Some(3));
+        assert_eq!(find_line_end(b"abcdefghij\r\n"), Some(10));
+    }
+
+    #[test]
+    fn known_heads_need_the_whole_name_and_colon() {
+        type Head<'a> = Option<(Field, &'a [u8])>;
+        let cases: [(&[u8], Head<'_>); 12] = [
+            (b"data: x", Some((Field::Data, b" x"))),
+            (b"data:", Some((Field::Data, b""))),
+            (b"id:1", Some((Field::Id, b"1"))),
+            (b"event:message", Some((Field::Event, b"message"))),
+            (b"retry:", Some((Field::Retry, b""))),
+            (b"data", None),
+            (b"dat", None),
+            (b"id", None),
+            (b"Data: x", None),
+            (b"datax: 1", None),
+            (b"id : 3", None),
+            (b"", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(
+                known_head(line),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn every_field_cut_at_every_point_gives_one_answer() {
+        // Values either side of the word-at-a-time look for the line end, with every line end.
+        let values: [&[u8]; 5] = [
+            b"",
+            b"7",
+            b"message",
+            b"0123456789abcde",
+            b"0123456789abcdefghij",
+        ];
+        for value in values {
+            for name in [&b"data"[..], b"id", b"event", b"retry", b"other"] {
+                for end in ENDS {
+                    for space in [&b""[..], b" "] {
+                        let input = [name, b":", space, value, end, b"data: z", end, end].concat();
+                        let want = reference(&input, 64, 64);
+                        for cut in 0..=input.len() {
+                            assert_eq!(run_cut(&input, &[cut], 64, 64), want, "cut {cut}");
+                            assert_eq!(
+                                run_cut(&input, &[cut, cut + 1, cut + 5], 64, 64),
+                                want,
+                                "cuts from {cut}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
