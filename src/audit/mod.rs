@@ -224,8 +224,9 @@ pub struct Forensics {
     /// In a session the capture holds at several hops of a proxy: this resume's hop (0: the
     /// copy nearest the client).
     pub hop: Option<u32>,
-    /// From hop 1 on: the request of the hop before that this one relays.
-    pub relays: Option<Cite>,
+    /// From hop 1 on: the request of the hop before that this one relays (boxed: every
+    /// resume held for its session carries the field, few carry a value).
+    pub relays: Option<Box<Cite>>,
 }
 
 /// A resume as a session view lists it.
@@ -1053,7 +1054,7 @@ fn audit_session(
             if let Some(h) = &hops {
                 r.forensic.hop = Some(level);
                 r.forensic.relays = h.relays[xi]
-                    .and_then(|o| Some(cite(&xs[o], "relayed_request", xs[o].request?)));
+                    .and_then(|o| Some(Box::new(cite(&xs[o], "relayed_request", xs[o].request?))));
             }
             if har {
                 har_places(&mut r.forensic);

@@ -259,7 +259,7 @@ pub fn write_resume<W: Write + ?Sized>(
         evidence: r.forensic.evidence.as_ref(),
         cursor: r.forensic.cursor.as_ref(),
         hop: r.forensic.hop,
-        relays: r.forensic.relays.as_ref(),
+        relays: r.forensic.relays.as_deref(),
         priming_ack_frame: r.priming_ack.and_then(frame),
         priming_ack_file: r.priming_ack.and_then(file),
         resume_ack: r.resume_ack.as_ref().map(|a| a.0.as_str()),

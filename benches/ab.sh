@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Two builds of the analyzer on the same captures, runs alternated (A, B, A, B, ...) so that a
+# shared machine's load falls on both alike. Prints a Markdown table per capture and thread
+# count: median user+system CPU of each build, the ratio B / A, and the largest peak RSS.
+#
+#     benches/ab.sh OLD_BINARY NEW_BINARY CAPTURE...
+#
+# Environment: RUNS (runs of each build per row, default 5), JOBS (default "1 2"), ARGS (more
+# arguments for both builds, e.g. "--tls-keylog FILE"). Needs /usr/bin/time (package `time`).
+# Both builds must write the same report: the script compares their outputs once per row and
+# says so when they differ.
+set -euo pipefail
+
+if [[ $# -lt 3 ]]; then
+    echo "usage: $0 OLD_BINARY NEW_BINARY CAPTURE..." >&2
+    exit 2
+fi
+A=$1 B=$2
+shift 2
+RUNS=${RUNS:-5}
+JOBS=${JOBS:-"1 2"}
+read -r -a EXTRA <<<"${ARGS:-}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+echo "| capture | threads | A CPU s | B CPU s | B / A | A RSS MiB | B RSS MiB | same report |"
+echo "|---|---|---|---|---|---|---|---|"
+for cap in "$@"; do
+    for j in $JOBS; do
+        : >"$TMP/a" && : >"$TMP/b"
+        for ((i = 0; i < RUNS; i++)); do
+            for side in a b; do
+                bin=$A
+                [[ $side == b ]] && bin=$B
+                # Exit status 1 (findings) and 3 (traffic not read) are reports too.
+                status=0
+                /usr/bin/time -f "%U %S %M" -o "$TMP/t" "$bin" -q "-j$j" "${EXTRA[@]}" "$cap" \
+                    >"$TMP/$side.out" || status=$?
+                if [[ $status != 0 && $status != 1 && $status != 3 ]]; then
+                    echo "$bin failed on $cap (exit status $status)" >&2
+                    exit 1
+                fi
+                grep -v '^Command exited' "$TMP/t" >"$TMP/t2" || true
+                mv "$TMP/t2" "$TMP/t"
+                read -r u s m <"$TMP/t"
+                echo "$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}') $m" >>"$TMP/$side"
+            done
+        done
+        same=yes
+        cmp -s "$TMP/a.out" "$TMP/b.out" || same=NO
+        ca=$(cut -d' ' -f1 "$TMP/a" | median)
+        cb=$(cut -d' ' -f1 "$TMP/b" | median)
+        ra=$(cut -d' ' -f2 "$TMP/a" | sort -n | tail -1)
+        rb=$(cut -d' ' -f2 "$TMP/b" | sort -n | tail -1)
+        ratio=$(awk -v a="$ca" -v b="$cb" 'BEGIN {printf "%.2f", b / a}')
+        echo "| $(basename "$cap") | -j$j | $ca | $cb | $ratio | $((ra / 1024)) | $((rb / 1024)) | $same |"
+    done
+done
