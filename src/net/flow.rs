@@ -34,6 +34,10 @@ struct Flow {
     fin: [bool; 2],
     rst: bool,
     syn_seq: Option<u32>,
+    /// The sequence number of the first packet seen in each direction: a SYN with another one
+    /// opens a new connection on the same ports, as Wireshark numbers it, even when the
+    /// capture began after the old one's handshake.
+    base_seq: [Option<u32>; 2],
     last_seen_ns: i64,
     last_seen_packet: u64,
 }
@@ -60,6 +64,7 @@ impl Flow {
         if new_syn && self.syn_seq.is_none() {
             self.syn_seq = Some(p.seq);
         }
+        self.base_seq[dir.index()].get_or_insert(p.seq);
         self.fin[dir.index()] |= p.flags.fin;
         self.rst |= p.flags.rst;
         self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
@@ -189,7 +194,11 @@ impl FlowTable {
         let new_syn = p.flags.syn && !p.flags.ack;
         // The common case, a packet of a known connection, costs one lookup.
         if let Some(f) = self.flows.get_mut(&key)
-            && !(new_syn && (f.closed() || f.syn_seq.is_some_and(|s| s != p.seq)))
+            && !(new_syn
+                && (f.closed()
+                    || f.syn_seq.is_some_and(|s| s != p.seq)
+                    || f.base_seq[usize::from(src_is_lo != f.forward_is_lo)]
+                        .is_some_and(|s| s != p.seq)))
         {
             return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
@@ -206,6 +215,7 @@ impl FlowTable {
             fin: [false; 2],
             rst: false,
             syn_seq: None,
+            base_seq: [None; 2],
             last_seen_ns: mark.time_ns,
             last_seen_packet: packet_no,
         };
@@ -290,6 +300,69 @@ mod tests {
     }
 
     #[test]
+    fn a_syn_with_another_sequence_number_opens_a_new_connection() {
+        // The capture began as the old connection closed (its handshake not captured); the
+        // client's SYN then reuses the ports. Wireshark numbers it as a new tcp.stream.
+        let client = ep(Ipv4Addr::new(10, 0, 0, 2), 51_700);
+        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let flags = |syn, ack, fin| crate::net::tcp::TcpFlags {
+            syn,
+            ack,
+            fin,
+            rst: false,
+        };
+        let packet = |src, dst, seq, flags| decode::TcpPacket {
+            src,
+            dst,
+            seq,
+            ack: 0,
+            flags,
+            payload: b"",
+        };
+        let mut table = FlowTable::new(100);
+        let mut opened = Vec::new();
+        let mut run = |p: decode::TcpPacket<'_>, opened: &mut Vec<u64>| {
+            let out = table.classify(&p, Mark::default(), 0, |e| {
+                if let FlowEvent::Open(stream, ..) = e {
+                    opened.push(stream);
+                }
+            });
+            out.stream
+        };
+        assert_eq!(
+            run(
+                packet(server, client, 9000, flags(false, true, true)),
+                &mut opened
+            ),
+            0
+        );
+        assert_eq!(
+            run(
+                packet(client, server, 1000, flags(false, true, false)),
+                &mut opened
+            ),
+            0
+        );
+        // The same client's SYN at another sequence number: a new connection.
+        assert_eq!(
+            run(
+                packet(client, server, 5000, flags(true, false, false)),
+                &mut opened
+            ),
+            1
+        );
+        // Its retransmission is the same connection.
+        assert_eq!(
+            run(
+                packet(client, server, 5000, flags(true, false, false)),
+                &mut opened
+            ),
+            1
+        );
+        assert_eq!(opened, [0, 1]);
+    }
+
+    #[test]
     fn connections_closed_by_one_side_end_after_a_quiet_minute() {
         let mut table = FlowTable {
             flows: HashMap::with_hasher(FoldHashKey::default()),
@@ -303,6 +376,7 @@ mod tests {
             fin,
             rst,
             syn_seq: None,
+            base_seq: [None; 2],
             last_seen_ns: seen_ns,
             last_seen_packet: 0,
         };

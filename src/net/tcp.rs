@@ -173,7 +173,16 @@ struct HalfStream {
     hole_seen: Option<(u64, u64, Mark)>,
     /// The connection's segment count, as of the segment being handled.
     now: u64,
+    /// Before a capture that began mid-connection shows this direction's data: the sequence
+    /// number of its first pure ACK, and the highest acknowledgment the other side sent.
+    /// Together they can prove that bytes before the first captured one were sent and lost.
+    pre_anchor: Option<u32>,
+    pre_acked: Option<u32>,
 }
+
+/// Bytes between a mid-connection anchor and the first captured byte taken as lost at most:
+/// past it, the anchor is an old segment rather than the start of a hole.
+const MAX_ANCHORED_HOLE: u32 = 16 << 20;
 
 impl HalfStream {
     fn new(dir: Direction, max_pending_cost: usize) -> Self {
@@ -193,6 +202,8 @@ impl HalfStream {
             stats: TcpStats::default(),
             hole_seen: None,
             now: 0,
+            pre_anchor: None,
+            pre_acked: None,
         }
     }
 
@@ -214,6 +225,13 @@ impl HalfStream {
 
     /// The other direction acknowledged everything before `ack`.
     fn on_ack<S: StreamSink>(&mut self, ack: u32, mark: Mark, sink: &mut S) {
+        if !self.started
+            && self
+                .pre_acked
+                .is_none_or(|k| ack.wrapping_sub(k) as i32 > 0)
+        {
+            self.pre_acked = Some(ack);
+        }
         if !self.started || self.ended {
             return;
         }
@@ -240,10 +258,20 @@ impl HalfStream {
         } else {
             if !self.started {
                 if seg.payload.is_empty() && !seg.flags.fin {
+                    if self.pre_anchor.is_none() {
+                        self.pre_anchor = Some(seg.seq);
+                    }
                     return;
                 }
-                // Mid-stream: the first captured byte is position 0.
-                self.start_at(seg.seq, false);
+                // Mid-stream: the first captured byte is position 0, unless the capture shows
+                // bytes of this direction before it were sent and lost (see `lost_before`).
+                match self.lost_before(Some(seg.seq)) {
+                    Some((anchor, acked)) => {
+                        self.start_at(anchor, false);
+                        self.acked_to = u64::from(acked.wrapping_sub(anchor));
+                    }
+                    None => self.start_at(seg.seq, false),
+                }
             }
             seg.seq
         };
@@ -255,6 +283,20 @@ impl HalfStream {
         self.accept(start, seg.payload, seg.mark, sink);
         self.reveal_acked_holes(seg.mark, sink);
         self.end_if_complete(sink);
+    }
+
+    /// In a capture that began mid-connection, before this direction's first captured byte
+    /// (at `first`, if any): the sequence number of its first pure ACK and the other side's
+    /// highest acknowledgment, when the latter is more than one byte past the former (a
+    /// keep-alive probe sits one byte back) and not past `first`. The bytes between were sent
+    /// (the peer acknowledged them) and the capture lost them.
+    fn lost_before(&self, first: Option<u32>) -> Option<(u32, u32)> {
+        let (anchor, acked) = (self.pre_anchor?, self.pre_acked?);
+        let span = acked.wrapping_sub(anchor);
+        (span > 1
+            && span <= MAX_ANCHORED_HOLE
+            && first.is_none_or(|f| f.wrapping_sub(acked) as i32 >= 0))
+        .then_some((anchor, acked))
     }
 
     fn set_fin(&mut self, fin_position: i128, mark: Mark) {
@@ -542,6 +584,13 @@ impl HalfStream {
     fn flush_and_end<S: StreamSink>(&mut self, how: StreamEnd, mark: Mark, sink: &mut S) {
         if self.ended {
             return;
+        }
+        if !self.started
+            && let Some((anchor, acked)) = self.lost_before(None)
+        {
+            // Nothing of this direction was captured, but its peer acknowledged bytes of it.
+            self.start_at(anchor, false);
+            self.acked_to = u64::from(acked.wrapping_sub(anchor));
         }
         if self.started {
             // A hole the capture revealed earlier is reported where it was revealed.
@@ -956,8 +1005,9 @@ mod tests {
         let mut w = Wire::new(1 << 20);
         // The server's stream is already running; Forward is the server here.
         w.send(Forward, 0xdead_0000, 777, "A", b"data: 1\n\n");
-        // A pure ACK does not fix where the client's bytes start.
-        w.send(Reverse, 700, 0xdead_0009, "A", b"");
+        // A keep-alive probe, one byte before what the server acknowledged, does not fix
+        // where the client's bytes start.
+        w.send(Reverse, 776, 0xdead_0009, "A", b"");
         w.send(Reverse, 777, 0xdead_0009, "A", b"GET");
         w.send(Forward, 0xdead_0009, 780, "A", b"data: 2\n\n");
         // Bytes from before the first captured one cannot be placed: dropped and counted.
@@ -971,6 +1021,38 @@ mod tests {
         assert_eq!(
             w.rec.of(Reverse),
             [data(b"GET"), Event::End(StreamEnd::CaptureEnd)]
+        );
+    }
+
+    #[test]
+    fn a_pure_ack_behind_what_the_peer_acknowledged_shows_bytes_the_capture_lost() {
+        // The capture begins mid-connection; the server's pure ACK says its next byte is 500,
+        // the client acknowledges up to 800, and the first server byte captured is 800: the
+        // 300 bytes between were sent and lost.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 100, 500, "AP", b"GET");
+        w.send(Reverse, 500, 103, "A", b"");
+        w.send(Forward, 103, 800, "A", b"");
+        w.send(Reverse, 800, 103, "AP", b"id: 2\n\n");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [
+                Event::Gap(300),
+                data(b"id: 2\n\n"),
+                Event::End(StreamEnd::CaptureEnd)
+            ]
+        );
+        // Nothing of the server's captured at all, then a reset: the acknowledged bytes are
+        // still a gap, not an answer that never came.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 100, 500, "AP", b"GET");
+        w.send(Reverse, 500, 103, "A", b"");
+        w.send(Forward, 103, 950, "A", b"");
+        w.send(Forward, 103, 950, "AR", b"");
+        assert_eq!(
+            w.rec.of(Reverse),
+            [Event::Gap(450), Event::End(StreamEnd::Rst)]
         );
     }
 
