@@ -631,24 +631,7 @@ pub enum Record<'a> {
 mod tests {
     use super::*;
 
-    /// A reader that hands out its bytes in pieces of the given sizes (cycled), to exercise
-    /// every refill path.
-    struct Trickle<'a> {
-        data: &'a [u8],
-        sizes: Vec<usize>,
-        i: usize,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-            let want = self.sizes[self.i % self.sizes.len()].max(1);
-            self.i += 1;
-            let n = want.min(out.len()).min(self.data.len());
-            out[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            Ok(n)
-        }
-    }
+    use crate::input::testing::Trickle;
 
     #[derive(Debug, PartialEq)]
     struct Seen {
@@ -693,11 +676,7 @@ mod tests {
             })
             .collect();
         for sizes in [vec![1], random, vec![7, 1, 300]] {
-            let t = Trickle {
-                data: bytes,
-                sizes,
-                i: 0,
-            };
+            let t = Trickle::new(bytes, &sizes);
             assert_eq!(read_all(t, 1 << 20), whole);
         }
         whole

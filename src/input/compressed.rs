@@ -171,23 +171,7 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// A reader that gives its bytes in pieces of the given sizes (cycled).
-    struct Trickle<'a> {
-        data: &'a [u8],
-        sizes: &'a [usize],
-        i: usize,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-            let want = self.sizes[self.i % self.sizes.len()].max(1);
-            self.i += 1;
-            let n = want.min(out.len()).min(self.data.len());
-            out[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            Ok(n)
-        }
-    }
+    use crate::input::testing::Trickle;
 
     fn sample() -> Vec<u8> {
         (0..200_000u32)
@@ -232,11 +216,7 @@ mod tests {
             assert_eq!(Codec::sniff(&packed), Some(codec), "{codec:?}");
             assert!(decode_all(codec, &packed[..]).unwrap() == data, "{codec:?}");
             for sizes in [&[1][..], &[7, 1, 300, 4096, 3][..]] {
-                let t = Trickle {
-                    data: &packed,
-                    sizes,
-                    i: 0,
-                };
+                let t = Trickle::new(&packed, sizes);
                 assert!(decode_all(codec, t).unwrap() == data, "{codec:?} {sizes:?}");
             }
             // Two members back to back read as their concatenation.

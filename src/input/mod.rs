@@ -15,3 +15,34 @@ pub mod compressed;
 pub mod har;
 pub mod merge;
 pub mod set;
+
+/// What the reader tests of this layer share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::io::Read;
+
+    /// A reader that gives its bytes in pieces of the given sizes (cycled), to exercise every
+    /// refill path of a reader built on it.
+    pub(crate) struct Trickle<'a> {
+        data: &'a [u8],
+        sizes: &'a [usize],
+        i: usize,
+    }
+
+    impl<'a> Trickle<'a> {
+        pub(crate) fn new(data: &'a [u8], sizes: &'a [usize]) -> Self {
+            Trickle { data, sizes, i: 0 }
+        }
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let want = self.sizes[self.i % self.sizes.len()].max(1);
+            self.i += 1;
+            let n = want.min(out.len()).min(self.data.len());
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+}
