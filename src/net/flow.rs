@@ -38,13 +38,55 @@ struct Flow {
     /// opens a new connection on the same ports, as Wireshark numbers it, even when the
     /// capture began after the old one's handshake.
     base_seq: [Option<u32>; 2],
+    /// The sequence number after the furthest byte (or SYN, FIN) seen in each direction.
+    next_seq: [Option<u32>; 2],
     last_seen_ns: i64,
     last_seen_packet: u64,
+}
+
+/// How far (in sequence numbers) a packet may lie from where its connection stands and still
+/// be taken as that connection's by [`Flow::distance`]: a late segment or a retransmission.
+const FIT_WINDOW: u32 = 1 << 20;
+
+/// How long (capture time) a connection replaced by a new SYN on its ports keeps the packets
+/// that still fit its sequence numbers: a FIN or an ACK recorded after the new SYN.
+const REPLACED_PATIENCE_NS: i64 = 1_000_000_000;
+
+/// A connection replaced by a new one on its ports before it was seen to close, and where.
+struct Replaced {
+    flow: Flow,
+    at: Mark,
 }
 
 impl Flow {
     fn closed(&self) -> bool {
         self.rst || (self.fin[0] && self.fin[1])
+    }
+
+    fn dir(&self, src_is_lo: bool) -> Direction {
+        if src_is_lo == self.forward_is_lo {
+            Direction::Forward
+        } else {
+            Direction::Reverse
+        }
+    }
+
+    /// How far the packet lies from where this connection stands in sequence numbers (its
+    /// sequence number against the sender's, its acknowledgment against the receiver's), or
+    /// `None` when that is more than [`FIT_WINDOW`] or unknown.
+    fn distance(&self, p: &decode::TcpPacket<'_>, src_is_lo: bool) -> Option<u32> {
+        let d = self.dir(src_is_lo).index();
+        let near = |n: Option<u32>, v: u32| {
+            n.map(|n| (n.wrapping_sub(v) as i32).unsigned_abs())
+                .filter(|&gap| gap <= FIT_WINDOW)
+        };
+        let seq = near(self.next_seq[d], p.seq)?;
+        let ack = if p.flags.ack {
+            near(self.next_seq[1 - d], p.ack)?
+        } else {
+            0
+        };
+        Some(seq.saturating_add(ack))
     }
 
     /// Takes the packet into the connection's state.
@@ -56,15 +98,19 @@ impl Flow {
         mark: Mark,
         packet_no: u64,
     ) -> FlowPacket {
-        let dir = if src_is_lo == self.forward_is_lo {
-            Direction::Forward
-        } else {
-            Direction::Reverse
-        };
+        let dir = self.dir(src_is_lo);
         if new_syn && self.syn_seq.is_none() {
             self.syn_seq = Some(p.seq);
         }
         self.base_seq[dir.index()].get_or_insert(p.seq);
+        let len = u32::try_from(p.payload.len()).unwrap_or(u32::MAX)
+            + u32::from(p.flags.syn)
+            + u32::from(p.flags.fin);
+        let end = p.seq.wrapping_add(len);
+        let next = &mut self.next_seq[dir.index()];
+        if next.is_none_or(|n| end.wrapping_sub(n) as i32 > 0) {
+            *next = Some(end);
+        }
         self.fin[dir.index()] |= p.flags.fin;
         self.rst |= p.flags.rst;
         self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
@@ -149,6 +195,7 @@ pub(crate) const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
 /// The single reader of one capture: numbering of connections and their directions.
 pub(crate) struct FlowTable {
     flows: HashMap<FlowKey, Flow, FoldHashKey>,
+    replaced: HashMap<FlowKey, Replaced, FoldHashKey>,
     next_stream: u64,
     pub(crate) max_connections: usize,
     pub(crate) evicted: u64,
@@ -168,12 +215,13 @@ pub(crate) enum FlowEvent {
 impl FlowTable {
     /// Connections in the table now.
     pub(crate) fn len(&self) -> usize {
-        self.flows.len()
+        self.flows.len() + self.replaced.len()
     }
 
     pub(crate) fn new(max_connections: usize) -> Self {
         FlowTable {
             flows: HashMap::with_hasher(FoldHashKey::default()),
+            replaced: HashMap::with_hasher(FoldHashKey::default()),
             next_stream: 0,
             max_connections: max_connections.max(1),
             evicted: 0,
@@ -192,6 +240,11 @@ impl FlowTable {
     ) -> FlowPacket {
         let (key, src_is_lo) = flow_key(&p.src, &p.dst);
         let new_syn = p.flags.syn && !p.flags.ack;
+        if !self.replaced.is_empty()
+            && let Some(msg) = self.to_replaced(&key, p, src_is_lo, mark, packet_no, &mut events)
+        {
+            return msg;
+        }
         // The common case, a packet of a known connection, costs one lookup.
         if let Some(f) = self.flows.get_mut(&key)
             && !(new_syn
@@ -205,7 +258,20 @@ impl FlowTable {
         if let Some(old) = self.flows.remove(&key)
             && !old.closed()
         {
-            events(FlowEvent::End(old.stream, StreamEnd::CaptureEnd, mark));
+            // Its last packets may still be recorded after this SYN: it ends once they had
+            // their time.
+            let earlier = self.replaced.insert(
+                key,
+                Replaced {
+                    flow: old,
+                    at: mark,
+                },
+            );
+            if let Some(r) = earlier
+                && !r.flow.closed()
+            {
+                events(FlowEvent::End(r.flow.stream, StreamEnd::CaptureEnd, r.at));
+            }
         }
         let stream = self.next_stream;
         self.next_stream += 1;
@@ -216,6 +282,7 @@ impl FlowTable {
             rst: false,
             syn_seq: None,
             base_seq: [None; 2],
+            next_seq: [None; 2],
             last_seen_ns: mark.time_ns,
             last_seen_packet: packet_no,
         };
@@ -225,8 +292,52 @@ impl FlowTable {
         msg
     }
 
+    /// The replaced connection on `key`, when the packet fits its sequence numbers better
+    /// than the current one's: the packet is taken into it. A replaced connection whose
+    /// patience ran out is ended here (unless it closed) and the packet goes on as usual.
+    fn to_replaced(
+        &mut self,
+        key: &FlowKey,
+        p: &decode::TcpPacket<'_>,
+        src_is_lo: bool,
+        mark: Mark,
+        packet_no: u64,
+        events: &mut impl FnMut(FlowEvent),
+    ) -> Option<FlowPacket> {
+        let r = self.replaced.get_mut(key)?;
+        if mark.time_ns.saturating_sub(r.at.time_ns) > REPLACED_PATIENCE_NS {
+            let r = self.replaced.remove(key)?;
+            if !r.flow.closed() {
+                events(FlowEvent::End(r.flow.stream, StreamEnd::CaptureEnd, r.at));
+            }
+            return None;
+        }
+        // A SYN or SYN-ACK belongs to the new handshake.
+        if p.flags.syn {
+            return None;
+        }
+        let old = r.flow.distance(p, src_is_lo)?;
+        let current = self.flows.get(key).and_then(|f| f.distance(p, src_is_lo));
+        if current.is_some_and(|c| c <= old) {
+            return None;
+        }
+        Some(r.flow.update(p, src_is_lo, false, mark, packet_no))
+    }
+
     /// Keeps the table within bounds; returns the connections to end.
     pub(crate) fn sweep(&mut self, now: Mark, ends: &mut Vec<FlowEvent>) {
+        let patience = now.time_ns.saturating_sub(REPLACED_PATIENCE_NS);
+        // Over the bound, replaced connections end first: their patience is a courtesy.
+        let crowded = self.len() > self.max_connections;
+        self.replaced.retain(|_, r| {
+            if r.at.time_ns >= patience && !crowded {
+                return true;
+            }
+            if !r.flow.closed() {
+                ends.push(FlowEvent::End(r.flow.stream, StreamEnd::CaptureEnd, r.at));
+            }
+            false
+        });
         let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
         self.flows.retain(|_, f| {
             if f.last_seen_ns >= cutoff || !(f.closed() || f.fin[0] || f.fin[1]) {
@@ -363,9 +474,182 @@ mod tests {
     }
 
     #[test]
+    fn an_old_connections_last_packets_after_a_new_syn_stay_its_own() {
+        // The client closed, then reused its port at once; the server's FIN and the client's
+        // last ACK were recorded after the new SYN. They fit the old connection's sequence
+        // numbers, and the new handshake does not.
+        let client = ep(Ipv4Addr::new(10, 0, 0, 2), 51_700);
+        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let flags = |syn, ack, fin| crate::net::tcp::TcpFlags {
+            syn,
+            ack,
+            fin,
+            rst: false,
+        };
+        let mut table = FlowTable::new(100);
+        let mut events = Vec::new();
+        let mut at = 0;
+        let mut run = |src, dst, seq, ack, f, payload: &[u8], events: &mut Vec<String>| {
+            at += 1;
+            let p = decode::TcpPacket {
+                src,
+                dst,
+                seq,
+                ack,
+                flags: f,
+                payload,
+            };
+            let mark = Mark::new(at, i64::try_from(at).unwrap() * 1_000_000);
+            table
+                .classify(&p, mark, at, |e| {
+                    events.push(match e {
+                        FlowEvent::Open(s, ..) => format!("open {s}"),
+                        FlowEvent::End(s, _, m) => format!("end {s} at {}", m.frame),
+                    })
+                })
+                .stream
+        };
+        let c = &mut events;
+        assert_eq!(
+            run(
+                client,
+                server,
+                1000,
+                9000,
+                flags(false, true, false),
+                b"0123456789",
+                c
+            ),
+            0
+        );
+        assert_eq!(
+            run(
+                server,
+                client,
+                9000,
+                1010,
+                flags(false, true, false),
+                b"01234",
+                c
+            ),
+            0
+        );
+        assert_eq!(
+            run(client, server, 1010, 9005, flags(false, true, true), b"", c),
+            0
+        );
+        assert_eq!(
+            run(
+                client,
+                server,
+                5_000_000,
+                0,
+                flags(true, false, false),
+                b"",
+                c
+            ),
+            1
+        );
+        // The old connection's server FIN and the client's last ACK.
+        assert_eq!(
+            run(server, client, 9005, 1011, flags(false, true, true), b"", c),
+            0
+        );
+        assert_eq!(
+            run(
+                client,
+                server,
+                1011,
+                9006,
+                flags(false, true, false),
+                b"",
+                c
+            ),
+            0
+        );
+        // The new handshake and data, even with sequence numbers near the old ones.
+        assert_eq!(
+            run(
+                server,
+                client,
+                9100,
+                5_000_001,
+                flags(true, true, false),
+                b"",
+                c
+            ),
+            1
+        );
+        assert_eq!(
+            run(
+                client,
+                server,
+                5_000_001,
+                9101,
+                flags(false, true, false),
+                b"GET",
+                c
+            ),
+            1
+        );
+        assert_eq!(
+            run(
+                server,
+                client,
+                9101,
+                5_000_004,
+                flags(false, true, false),
+                b"",
+                c
+            ),
+            1
+        );
+        // The old one closed: no end to announce.
+        assert_eq!(events, ["open 0", "open 1"]);
+
+        // Replaced before it closed, and never heard from again: it ends where the new SYN
+        // replaced it, once its patience ran out.
+        let mut table = FlowTable::new(100);
+        let mut events = Vec::new();
+        let mut push = |e| {
+            events.push(match e {
+                FlowEvent::Open(s, ..) => format!("open {s}"),
+                FlowEvent::End(s, _, m) => format!("end {s} at {}", m.frame),
+            })
+        };
+        let p = |src, dst, seq, f| decode::TcpPacket {
+            src,
+            dst,
+            seq,
+            ack: 0,
+            flags: f,
+            payload: b"",
+        };
+        table.classify(
+            &p(client, server, 1000, flags(false, false, false)),
+            Mark::new(1, 0),
+            1,
+            &mut push,
+        );
+        table.classify(
+            &p(client, server, 7000, flags(true, false, false)),
+            Mark::new(2, 10),
+            2,
+            &mut push,
+        );
+        let mut ends = Vec::new();
+        table.sweep(Mark::new(3, 20), &mut ends);
+        assert!(ends.is_empty());
+        table.sweep(Mark::new(4, 20 + REPLACED_PATIENCE_NS), &mut ends);
+        assert!(matches!(ends[..], [FlowEvent::End(0, StreamEnd::CaptureEnd, m)] if m.frame == 2));
+        assert_eq!(events, ["open 0", "open 1"]);
+    }
+
+    #[test]
     fn connections_closed_by_one_side_end_after_a_quiet_minute() {
         let mut table = FlowTable {
             flows: HashMap::with_hasher(FoldHashKey::default()),
+            replaced: HashMap::with_hasher(FoldHashKey::default()),
             next_stream: 0,
             max_connections: 100,
             evicted: 0,
@@ -377,6 +661,7 @@ mod tests {
             rst,
             syn_seq: None,
             base_seq: [None; 2],
+            next_seq: [None; 2],
             last_seen_ns: seen_ns,
             last_seen_packet: 0,
         };
