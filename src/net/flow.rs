@@ -241,7 +241,8 @@ impl FlowTable {
         let (key, src_is_lo) = flow_key(&p.src, &p.dst);
         let new_syn = p.flags.syn && !p.flags.ack;
         if !self.replaced.is_empty()
-            && let Some(msg) = self.to_replaced(&key, p, src_is_lo, mark, packet_no, &mut events)
+            && let Some(msg) =
+                self.take_into_replaced(&key, p, src_is_lo, mark, packet_no, &mut events)
         {
             return msg;
         }
@@ -295,7 +296,7 @@ impl FlowTable {
     /// The replaced connection on `key`, when the packet fits its sequence numbers better
     /// than the current one's: the packet is taken into it. A replaced connection whose
     /// patience ran out is ended here (unless it closed) and the packet goes on as usual.
-    fn to_replaced(
+    fn take_into_replaced(
         &mut self,
         key: &FlowKey,
         p: &decode::TcpPacket<'_>,
