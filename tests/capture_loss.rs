@@ -409,7 +409,17 @@ fn excess(base: &Claims, lossy: &Claims) -> Vec<String> {
     let mut bad = Vec::new();
     for (k, l) in &lossy.resumes {
         let Some(b) = base.resumes.get(k) else {
-            if l.verdict != Verdict::CaptureIncomplete {
+            // A split's second file may begin with a retransmission of a request whose first
+            // copy ended the first file: each file then shows the resume, and the second
+            // one's copy says what the whole capture says of it.
+            let again = (0..k.4).any(|n| {
+                let mut earlier = k.clone();
+                earlier.4 = n;
+                base.resumes
+                    .get(&earlier)
+                    .is_some_and(|b| b.verdict == l.verdict)
+            });
+            if l.verdict != Verdict::CaptureIncomplete && !again {
                 bad.push(format!(
                     "{k:?}: a resume the whole capture lacks, {:?}",
                     l.verdict
