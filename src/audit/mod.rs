@@ -614,6 +614,24 @@ struct Live {
     held: usize,
 }
 
+/// The session `sid` of `live`, made when it is new.
+fn live_session<'m>(
+    live: &'m mut HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
+    sid: &str,
+) -> &'m mut Live {
+    if !live.contains_key(sid) {
+        let name: Arc<str> = Arc::from(sid);
+        live.insert(
+            name.clone(),
+            Live {
+                name,
+                ..Live::default()
+            },
+        );
+    }
+    live.get_mut(sid).expect("inserted above")
+}
+
 /// Counters of the stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StageStats {
@@ -676,17 +694,7 @@ impl Stage {
     }
 
     fn session(&mut self, sid: &str) -> &mut Live {
-        if !self.live.contains_key(sid) {
-            let name: Arc<str> = Arc::from(sid);
-            self.live.insert(
-                name.clone(),
-                Live {
-                    name,
-                    ..Live::default()
-                },
-            );
-        }
-        self.live.get_mut(sid).expect("inserted above")
+        live_session(&mut self.live, sid)
     }
 
     /// Moves a session to the end of the idle order (or out of it, while it has open
@@ -753,43 +761,51 @@ impl Stage {
             self.closed(&sid);
             ended_in = Some(sid);
         }
-        let sid = summary.as_ref().and_then(|x| x.session_id.clone());
-        match (summary, sid.as_deref()) {
-            (Some(x), Some(sid)) => {
-                let bytes = held_bytes(&x, resume.as_ref());
-                let name = self.session(sid).name.clone();
-                self.cross.add(&x, &name);
-                let l = self.session(sid);
-                l.terminated |= x.method.as_deref() == Some("DELETE")
-                    && x.status.is_some_and(|s| (200..300).contains(&s));
-                l.xs.push(x);
-                l.resumes.extend(resume);
-                l.held += bytes;
-                let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
-                self.held += bytes;
-                self.touch(sid);
-                if full {
-                    self.stats.sessions_retired_early += 1;
-                    self.retire(sid, sink);
-                }
-            }
+        let Some(x) = summary.filter(|x| x.session_id.is_some()) else {
             // Nothing to audit it against: it stands on its own stream.
-            _ => {
-                if let Some(r) = resume {
-                    sink.resume(r);
-                }
+            if let Some(r) = resume {
+                sink.resume(r);
             }
-        }
-        for s in [ended_in.as_deref(), sid.as_deref()].into_iter().flatten() {
-            if self
-                .live
-                .get(s)
-                .is_some_and(|l| l.terminated && l.open == 0)
-            {
-                self.retire(s, sink);
+            if let Some(s) = &ended_in {
+                self.retire_if_over(s, sink);
             }
+            self.enforce(sink);
+            return;
+        };
+        let bytes = held_bytes(&x, resume.as_ref());
+        let l = live_session(&mut self.live, x.session_id.as_deref().unwrap_or_default());
+        self.cross.add(&x, &l.name);
+        l.terminated |= x.method.as_deref() == Some("DELETE")
+            && x.status.is_some_and(|s| (200..300).contains(&s));
+        l.xs.push(x);
+        l.resumes.extend(resume);
+        l.held += bytes;
+        let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
+        let sid = l.name.clone();
+        self.held += bytes;
+        self.touch(&sid);
+        if full {
+            self.stats.sessions_retired_early += 1;
+            self.retire(&sid, sink);
         }
+        if let Some(s) = ended_in.as_deref()
+            && *s != *sid
+        {
+            self.retire_if_over(s, sink);
+        }
+        self.retire_if_over(&sid, sink);
         self.enforce(sink);
+    }
+
+    /// Audits session `sid` when the client ended it and nothing of it is open.
+    fn retire_if_over<S: Sink + ?Sized>(&mut self, sid: &str, sink: &mut S) {
+        if self
+            .live
+            .get(sid)
+            .is_some_and(|l| l.terminated && l.open == 0)
+        {
+            self.retire(sid, sink);
+        }
     }
 
     /// While over the memory bound, audits the least recently active sessions.
