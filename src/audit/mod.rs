@@ -28,7 +28,7 @@ pub mod idshape;
 pub mod verdict;
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -325,12 +325,12 @@ struct SessionIndex<'a> {
     /// The members whose streams carried ids: the ones a cursor or a namespace can come from
     /// (most exchanges of a long session carry none, and each audit looks at these).
     with_ids: Vec<usize>,
-    ids: FactMap<Vec<At<'a, IdFact>>>,
-    content: FactMap<Vec<At<'a, ContentFact>>>,
+    ids: FactGroups<'a, IdFact>,
+    content: FactGroups<'a, ContentFact>,
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
     /// (run from end, prefix, suffix) → (support, breaks, skips), over all streams of the
-    /// session.
-    shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64, u64)>,
+    /// session, in order of key.
+    shapes: Vec<ShapeTotal<'a>>,
     /// The members the capture lost bytes of (see [`lost_bytes`]), in capture order: a proof
     /// that needs every delivery of the session, or the absence of one, cannot be made past
     /// them.
@@ -340,6 +340,54 @@ struct SessionIndex<'a> {
     /// Connections of the input that may carry MCP were not read: the session may have had
     /// exchanges the capture cannot show.
     unread: bool,
+}
+
+/// A shape's key and its totals over a session (see [`SessionIndex::shapes`]).
+type ShapeTotal<'a> = ((u8, &'a str, &'a str), (u64, u64, u64));
+
+/// Facts of one session grouped by hash: sorted by hash, the facts of one hash in the order
+/// they were added. One buffer for the whole session, where a map would hold one per hash
+/// (most hashes, event ids, occur once).
+struct FactGroups<'a, F> {
+    entries: Vec<(u64, At<'a, F>)>,
+}
+
+impl<'a, F> FactGroups<'a, F> {
+    fn new() -> Self {
+        FactGroups {
+            entries: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, hash: u64, at: At<'a, F>) {
+        self.entries.push((hash, at));
+    }
+
+    /// Groups what was pushed; a stable sort keeps each hash's facts in the order pushed.
+    fn seal(&mut self) {
+        self.entries.sort_by_key(|e| e.0);
+    }
+
+    /// The facts of `hash`, in the order pushed (after [`FactGroups::seal`]).
+    fn get(&self, hash: u64) -> &[(u64, At<'a, F>)] {
+        let lo = self.entries.partition_point(|e| e.0 < hash);
+        let n = self.entries[lo..].partition_point(|e| e.0 == hash);
+        &self.entries[lo..lo + n]
+    }
+}
+
+/// Adds up the tallies of equal keys in `shapes`, leaving one entry per key, in order of key.
+fn total_shapes(shapes: &mut Vec<ShapeTotal<'_>>) {
+    shapes.sort_by(|a, b| a.0.cmp(&b.0));
+    shapes.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        kept.1.0 += later.1.0;
+        kept.1.1 += later.1.1;
+        kept.1.2 += later.1.2;
+        true
+    });
 }
 
 /// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
@@ -363,14 +411,16 @@ fn har_body_unproven(x: &ExchangeSummary) -> bool {
 }
 
 impl<'a> SessionIndex<'a> {
-    fn build(xs: &'a [ExchangeSummary], members: &'a [usize]) -> Self {
+    /// The index of `members`; the facts only the audit of a resume looks at (ids, content,
+    /// shapes) only when `resumes`.
+    fn build(xs: &'a [ExchangeSummary], members: &'a [usize], resumes: bool) -> Self {
         let mut ix = SessionIndex {
             members,
             with_ids: Vec::new(),
-            ids: FactMap::default(),
-            content: FactMap::default(),
+            ids: FactGroups::new(),
+            content: FactGroups::new(),
             rpc: FactMap::default(),
-            shapes: BTreeMap::new(),
+            shapes: Vec::new(),
             lossy: Vec::new(),
             starts: Vec::new(),
             unread: false,
@@ -385,30 +435,39 @@ impl<'a> SessionIndex<'a> {
             let Some(s) = xs[i].stream.as_deref() else {
                 continue;
             };
-            if s.ids > 0 {
-                ix.with_ids.push(i);
-            }
-            for f in s.id_facts.iter() {
-                ix.ids.entry(f.hash).or_default().push((i, f));
-            }
             for c in s.content.iter() {
-                ix.content.entry(c.hash).or_default().push((i, c));
                 if let Some(id) = c.rpc_id
                     && c.kind == ContentKind::Response
                 {
                     ix.rpc.entry(id).or_default().push((i, c));
                 }
             }
-            for t in &s.shapes {
-                let e = ix
-                    .shapes
-                    .entry((t.k, t.prefix.as_str(), t.suffix.as_str()))
-                    .or_insert((0, 0, 0));
-                e.0 += u64::from(t.support);
-                e.1 += u64::from(t.breaks);
-                e.2 += u64::from(t.skips);
+            if !resumes {
+                continue;
             }
+            if s.ids > 0 {
+                ix.with_ids.push(i);
+            }
+            for f in s.id_facts.iter() {
+                ix.ids.push(f.hash, (i, f));
+            }
+            for c in s.content.iter() {
+                ix.content.push(c.hash, (i, c));
+            }
+            ix.shapes.extend(s.shapes.iter().map(|t| {
+                (
+                    (t.k, t.prefix.as_str(), t.suffix.as_str()),
+                    (
+                        u64::from(t.support),
+                        u64::from(t.breaks),
+                        u64::from(t.skips),
+                    ),
+                )
+            }));
         }
+        ix.ids.seal();
+        ix.content.seal();
+        total_shapes(&mut ix.shapes);
         ix
     }
 
@@ -431,6 +490,31 @@ impl<'a> SessionIndex<'a> {
     /// A shape holds only when nothing in the session contradicts it, so none is learned in a
     /// session the capture lost bytes of: the contradiction may be in what was lost.
     fn shape_pair<'s>(&self, last: &'s str, first: &'s str) -> Option<ShapePair<'s>> {
+        let (k, l, f, skips) = self.shared_shape(last, first)?;
+        let families: Vec<(&str, &str)> = self
+            .shapes
+            .iter()
+            .filter(|((kk, _, _), (s, b, _))| usize::from(*kk) == k && *s > 0 && *b == 0)
+            .map(|((_, p, s), _)| (*p, *s))
+            .collect();
+        Some(ShapePair {
+            last_seq: l.seq,
+            first_seq: f.seq,
+            prefix: l.prefix,
+            suffix: l.suffix,
+            display: idshape::display_shape(&families),
+            skips,
+        })
+    }
+
+    /// The learned shape two ids share, as [`SessionIndex::shape_pair`] finds it: the run
+    /// from the end that holds their counters, their splits there, and whether some stream's
+    /// counter skipped.
+    fn shared_shape<'s>(
+        &self,
+        last: &'s str,
+        first: &'s str,
+    ) -> Option<(usize, idshape::Split<'s>, idshape::Split<'s>, bool)> {
         if !self.lossy.is_empty() || self.unread {
             return None;
         }
@@ -444,27 +528,15 @@ impl<'a> SessionIndex<'a> {
             if a.prefix != b.prefix || a.suffix != b.suffix {
                 continue;
             }
-            let Some(&(support, breaks, skips)) = self.shapes.get(&(k as u8, a.prefix, a.suffix))
-            else {
+            let key = (k as u8, a.prefix, a.suffix);
+            let Ok(at) = self.shapes.binary_search_by(|e| e.0.cmp(&key)) else {
                 continue;
             };
+            let (support, breaks, skips) = self.shapes[at].1;
             if support == 0 || breaks > 0 {
                 continue;
             }
-            let families: Vec<(&str, &str)> = self
-                .shapes
-                .iter()
-                .filter(|((kk, _, _), (s, b, _))| usize::from(*kk) == k && *s > 0 && *b == 0)
-                .map(|((_, p, s), _)| (*p, *s))
-                .collect();
-            return Some(ShapePair {
-                last_seq: a.seq,
-                first_seq: b.seq,
-                prefix: a.prefix,
-                suffix: a.suffix,
-                display: idshape::display_shape(&families),
-                skips: skips > 0,
-            });
+            return Some((k, a, b, skips > 0));
         }
         None
     }
@@ -491,8 +563,8 @@ fn order_ids(ix: &SessionIndex<'_>, opts: &Options, a: &str, b: &str) -> Option<
     {
         return idshape::cmp_decimal(x, y);
     }
-    let s = ix.shape_pair(a, b)?;
-    idshape::cmp_decimal(s.last_seq, s.first_seq)
+    let (_, a, b, _) = ix.shared_shape(a, b)?;
+    idshape::cmp_decimal(a.seq, b.seq)
 }
 
 /// A stream the client's cursor came from, and how far along it the cursor was.
@@ -1020,7 +1092,7 @@ fn audit_session(
     unread: bool,
     known: &mut hops::HopMap,
 ) -> (Vec<Finding>, Option<SessionView>) {
-    xs.sort_by_key(|x| {
+    let capture_order = |x: &ExchangeSummary| {
         let m = x.start();
         (
             m.frame,
@@ -1029,8 +1101,14 @@ fn audit_session(
             x.connection.har_entry,
             x.exchange,
         )
-    });
-    resumes.sort_by_key(resume_order);
+    };
+    // Mostly in order already: a sort would still take a buffer of half the (large) items.
+    if !xs.is_sorted_by_key(capture_order) {
+        xs.sort_by_key(capture_order);
+    }
+    if !resumes.is_sorted_by_key(resume_order) {
+        resumes.sort_by_key(resume_order);
+    }
     let resume_of: HashMap<JoinKey, usize, rustc_hash::FxBuildHasher> = resumes
         .iter()
         .enumerate()
@@ -1040,32 +1118,31 @@ fn audit_session(
     let har = xs.iter().any(|x| x.connection.har_entry.is_some());
     let all: Vec<usize> = (0..xs.len()).collect();
     let hops = hops::hops(&xs, known);
+    // A session's findings are gathered again only for its view.
     let mut session_findings = Vec::new();
     let mut loose = Vec::new();
+    let mut at_level: Vec<usize> = Vec::new();
+    let mut audited: Vec<(usize, usize)> = Vec::new();
     for level in 0..=hops.as_ref().map_or(0, |h| h.max) {
-        let members: Vec<usize> = match &hops {
-            None => all.clone(),
-            Some(h) => all
-                .iter()
-                .copied()
-                .filter(|&i| h.level[i] == level)
-                .collect(),
-        };
-        let mut ix = SessionIndex::build(&xs, &members);
-        ix.unread = unread;
-        for &xi in &members {
-            let Some(key) = join_of_summary(&xs[xi]) else {
-                continue;
-            };
-            if xs[xi].last_event_id.is_none() {
-                continue;
+        let members: &[usize] = match &hops {
+            None => &all,
+            Some(h) => {
+                at_level.clear();
+                at_level.extend(all.iter().copied().filter(|&i| h.level[i] == level));
+                &at_level
             }
-            let Some(&ri) = resume_of.get(&key) else {
-                continue;
-            };
-            let Some(r) = resumes.get_mut(ri) else {
-                continue;
-            };
+        };
+        // The resumes of the level, in capture order: (exchange, resume).
+        audited.clear();
+        audited.extend(members.iter().filter_map(|&xi| {
+            xs[xi].last_event_id.as_ref()?;
+            let ri = *resume_of.get(&join_of_summary(&xs[xi])?)?;
+            (ri < resumes.len()).then_some((xi, ri))
+        }));
+        let mut ix = SessionIndex::build(&xs, members, !audited.is_empty());
+        ix.unread = unread;
+        for &(xi, ri) in &audited {
+            let r = &mut resumes[ri];
             audit_resume(&xs, &ix, cross, opts, xi, r);
             if let Some(h) = &hops {
                 r.forensic.hop = Some(level);
@@ -1075,7 +1152,9 @@ fn audit_session(
             if har {
                 har_places(&mut r.forensic);
             }
-            session_findings.extend(r.forensic.findings.iter().cloned());
+            if opts.views {
+                session_findings.extend(r.forensic.findings.iter().cloned());
+            }
         }
         let mut found = Vec::new();
         cursor_lost(&xs, &ix, &mut found);
@@ -1094,7 +1173,9 @@ fn audit_session(
                     .iter()
                     .any(|o: &Finding| o.kind == f.kind && o.id == f.id)
         });
-        session_findings.extend(found.iter().cloned());
+        if opts.views {
+            session_findings.extend(found.iter().cloned());
+        }
         loose.append(&mut found);
     }
     let view = opts
@@ -1199,14 +1280,16 @@ fn lineage<'a>(
     let mut before = before;
     let mut exclude = vec![resumed];
     while links.len() < MAX_LINEAGE {
-        let Some(found) = ix.ids.get(&hash).and_then(|v| {
-            v.iter()
-                .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
-                .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
-        }) else {
+        let Some((x, fact)) = ix
+            .ids
+            .get(hash)
+            .iter()
+            .map(|e| e.1)
+            .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
+            .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
+        else {
             break;
         };
-        let (x, fact) = *found;
         links.push(Link { x, fact });
         exclude.push(x);
         let Some(up) = xs.get(x) else { break };
@@ -1224,37 +1307,37 @@ fn lineage<'a>(
 /// The delivery of `hash` the client had acknowledged, if any: on a lineage stream, at or
 /// before the acknowledged event.
 fn acknowledged<'a, F: Fact>(
-    deliveries: Option<&Vec<At<'a, F>>>,
+    deliveries: &[(u64, At<'a, F>)],
     links: &[Link<'_>],
     before: u64,
 ) -> Option<At<'a, F>> {
-    deliveries?
+    deliveries
         .iter()
-        .find(|(i, f)| {
+        .find(|(_, (i, f))| {
             f.delivers()
                 && f.mark().frame < before
                 && links.iter().any(|l| l.x == *i && f.event() <= l.fact.event)
         })
-        .copied()
+        .map(|e| e.1)
 }
 
 /// An earlier delivery of `hash` in the session that is not a legitimate resend: not on the
 /// resumed stream itself, and not past the acknowledged event on a lineage stream.
 fn elsewhere<'a, F: Fact>(
-    deliveries: Option<&Vec<At<'a, F>>>,
+    deliveries: &[(u64, At<'a, F>)],
     links: &[Link<'_>],
     resumed: usize,
     before: u64,
 ) -> Option<At<'a, F>> {
-    deliveries?
+    deliveries
         .iter()
-        .find(|(i, f)| {
+        .find(|(_, (i, f))| {
             *i != resumed
                 && f.delivers()
                 && f.mark().frame < before
                 && !links.iter().any(|l| l.x == *i && f.event() > l.fact.event)
         })
-        .copied()
+        .map(|e| e.1)
 }
 
 trait Fact {
@@ -1315,7 +1398,7 @@ fn find_redeliveries<'a>(
     let mut id_redelivery: Option<Redelivery<'a, IdFact>> = None;
     let mut id_elsewhere: Option<Redelivery<'a, IdFact>> = None;
     for &f in resumed_ids {
-        let d = ix.ids.get(&f.hash);
+        let d = ix.ids.get(f.hash);
         if let Some(e) = acknowledged(d, links, f.mark.frame) {
             match id_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
@@ -1352,7 +1435,7 @@ fn find_redeliveries<'a>(
     }
     let mut content_redelivery: Option<Redelivery<'a, ContentFact>> = None;
     for &c in resumed_content {
-        if let Some(e) = acknowledged(ix.content.get(&c.hash), links, c.mark.frame) {
+        if let Some(e) = acknowledged(ix.content.get(c.hash), links, c.mark.frame) {
             match content_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
                 None => {
@@ -2158,7 +2241,7 @@ fn list_changed_again(
         };
         // The same id earlier: on the client's own stream at or before its cursor, or, for
         // ids that are unique in a session (not integers), anywhere else.
-        let d = ix.ids.get(hash);
+        let d = ix.ids.get(*hash);
         let earlier = acknowledged(d, links, lc.mark.frame).or_else(|| {
             if crate::exchange::is_integer_id(text) {
                 None
@@ -2757,6 +2840,44 @@ data: "
         let (r, _) = c.run(&Options::default());
         assert!(!kinds(&r[0]).contains(&FindingKind::CrossSessionLeak));
         assert_eq!(r[0].decision.verdict, Verdict::Correct);
+    }
+
+    #[test]
+    fn fact_groups_keep_each_hash_in_the_order_pushed() {
+        let facts = [10u32, 11, 12, 13, 14];
+        let mut g = FactGroups::new();
+        for (i, (h, f)) in [7u64, 3, 7, 9, 3].into_iter().zip(&facts).enumerate() {
+            g.push(h, (i, f));
+        }
+        g.seal();
+        let at =
+            |h: u64| -> Vec<(usize, u32)> { g.get(h).iter().map(|e| (e.1.0, *e.1.1)).collect() };
+        assert_eq!(at(7), [(0, 10), (2, 12)]);
+        assert_eq!(at(3), [(1, 11), (4, 14)]);
+        assert_eq!(at(9), [(3, 13)]);
+        assert!(at(8).is_empty() && at(0).is_empty() && at(u64::MAX).is_empty());
+        let empty: FactGroups<'_, u32> = FactGroups::new();
+        assert!(empty.get(1).is_empty());
+    }
+
+    #[test]
+    fn shape_totals_add_up_equal_keys_in_key_order() {
+        let mut v = vec![
+            ((1, "b", ""), (1, 0, 0)),
+            ((0, "a", "x"), (2, 1, 0)),
+            ((1, "b", ""), (3, 0, 1)),
+            ((0, "a", ""), (1, 0, 0)),
+            ((0, "a", "x"), (1, 0, 2)),
+        ];
+        total_shapes(&mut v);
+        assert_eq!(
+            v,
+            [
+                ((0, "a", ""), (1, 0, 0)),
+                ((0, "a", "x"), (3, 1, 2)),
+                ((1, "b", ""), (4, 0, 1)),
+            ]
+        );
     }
 
     #[test]
