@@ -1393,7 +1393,7 @@ fn find_redeliveries<'a>(
     links: &[Link<'a>],
     xi: usize,
     resumed_ids: &[&'a IdFact],
-    resumed_content: &[&'a ContentFact],
+    resumed_content: impl Iterator<Item = &'a ContentFact>,
 ) -> Redeliveries<'a> {
     let mut id_redelivery: Option<Redelivery<'a, IdFact>> = None;
     let mut id_elsewhere: Option<Redelivery<'a, IdFact>> = None;
@@ -1434,7 +1434,7 @@ fn find_redeliveries<'a>(
         }
     }
     let mut content_redelivery: Option<Redelivery<'a, ContentFact>> = None;
-    for &c in resumed_content {
+    for c in resumed_content {
         if let Some(e) = acknowledged(ix.content.get(c.hash), links, c.mark.frame) {
             match content_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
@@ -1679,11 +1679,9 @@ fn audit_resume<'a>(
     let resumed_ids: Vec<&IdFact> = stream
         .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
         .unwrap_or_default();
-    let resumed_content: Vec<&ContentFact> = stream
-        .map(|s| s.content.iter().collect())
-        .unwrap_or_default();
+    let resumed_content = stream.into_iter().flat_map(|s| s.content.iter());
 
-    let red = find_redeliveries(ix, &links, xi, &resumed_ids, &resumed_content);
+    let red = find_redeliveries(ix, &links, xi, &resumed_ids, resumed_content);
 
     decide_opaque(xs, ix, opts, xi, r, &red);
 
@@ -2008,22 +2006,17 @@ fn cross_session<'a>(
 ) -> Option<Finding> {
     let x = &xs[xi];
     let own = x.session_id.as_deref()?;
-    let mut own_keys: HashSet<u64> = HashSet::new();
-    let mut own_ids = false;
-    for &j in &ix.with_ids {
-        if j == xi || xs[j].start().frame >= before {
-            continue;
-        }
-        if let Some(s) = stream_of(xs, j)
-            && s.ids > s.priming
-        {
-            own_ids = true;
-            own_keys.extend(s.keys.iter().copied());
-        }
-    }
-    if !own_ids {
-        return None;
-    }
+    // The session's own earlier streams that carried ids with data.
+    let own_streams = || {
+        ix.with_ids
+            .iter()
+            .filter(move |&&j| j != xi && xs[j].start().frame < before)
+            .filter_map(|&j| stream_of(xs, j))
+            .filter(|s| s.ids > s.priming)
+    };
+    own_streams().next()?;
+    // Their namespace keys, gathered only once an id of the resumed stream needs them.
+    let mut own_keys: Option<HashSet<u64, rustc_hash::FxBuildHasher>> = None;
     let mut first: Option<(&Delivery, &IdFact)> = None;
     let mut count = 0u64;
     for &f in resumed_ids {
@@ -2036,7 +2029,9 @@ fn cross_session<'a>(
             || d.mark.frame >= f.mark.frame
             || crate::exchange::is_integer_id(text)
             || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
-            || own_keys.contains(&f.key)
+            || own_keys
+                .get_or_insert_with(|| own_streams().flat_map(|s| s.keys.iter().copied()).collect())
+                .contains(&f.key)
         {
             continue;
         }
@@ -2178,7 +2173,7 @@ fn duplicate_responses(
 ) {
     let x = &xs[xi];
     let mut dups = 0;
-    let mut seen_rpc: HashSet<u64> = HashSet::new();
+    let mut seen_rpc: HashSet<u64, rustc_hash::FxBuildHasher> = HashSet::default();
     for c in s.content.iter() {
         if dups >= MAX_FINDINGS_PER_KIND {
             break;
@@ -2298,7 +2293,7 @@ fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Find
         mark: Mark,
         delivered: bool,
     }
-    let mut lineage: HashSet<u64> = HashSet::new();
+    let mut lineage: HashSet<u64, rustc_hash::FxBuildHasher> = HashSet::default();
     let mut held: Option<Held> = None;
     for &i in ix.members {
         let x = &xs[i];
