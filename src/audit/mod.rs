@@ -675,7 +675,10 @@ pub const DEFAULT_SESSION_MEMORY: usize = 32 << 20;
 struct Live {
     name: Arc<str>,
     xs: Vec<ExchangeSummary>,
-    resumes: Vec<ResumeRecord>,
+    /// Boxed: a record is large, and a long session's list grows (and is sorted) by moving
+    /// its items.
+    #[allow(clippy::vec_box)]
+    resumes: Vec<Box<ResumeRecord>>,
     /// Exchanges of the session begun and not yet over.
     open: u32,
     /// The client ended the session (`DELETE` answered 2xx): it is audited as soon as nothing
@@ -850,7 +853,7 @@ impl Stage {
         l.terminated |= x.method.as_deref() == Some("DELETE")
             && x.status.is_some_and(|s| (200..300).contains(&s));
         l.xs.push(x);
-        l.resumes.extend(resume);
+        l.resumes.extend(resume.map(Box::new));
         l.held += bytes;
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
         let sid = l.name.clone();
@@ -919,7 +922,7 @@ impl Stage {
             &mut self.hops,
         );
         for r in l.resumes {
-            sink.resume(r);
+            sink.resume(*r);
         }
         for f in findings {
             sink.finding(f);
@@ -1086,7 +1089,7 @@ pub fn sort_views(views: &mut [SessionView]) {
 fn audit_session(
     sid: &str,
     mut xs: Vec<ExchangeSummary>,
-    resumes: &mut [ResumeRecord],
+    resumes: &mut [Box<ResumeRecord>],
     cross: &CrossIndex,
     opts: &Options,
     unread: bool,
@@ -1106,8 +1109,8 @@ fn audit_session(
     if !xs.is_sorted_by_key(capture_order) {
         xs.sort_by_key(capture_order);
     }
-    if !resumes.is_sorted_by_key(resume_order) {
-        resumes.sort_by_key(resume_order);
+    if !resumes.is_sorted_by_key(|r| resume_order(r)) {
+        resumes.sort_by_key(|r| resume_order(r));
     }
     let resume_of: HashMap<JoinKey, usize, rustc_hash::FxBuildHasher> = resumes
         .iter()
@@ -2433,7 +2436,7 @@ fn view(
     sid: &str,
     xs: &[ExchangeSummary],
     members: &[usize],
-    resumes: &[ResumeRecord],
+    resumes: &[Box<ResumeRecord>],
     resume_of: &HashMap<JoinKey, usize, rustc_hash::FxBuildHasher>,
     findings: Vec<Finding>,
 ) -> SessionView {
