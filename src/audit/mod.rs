@@ -28,7 +28,7 @@ pub mod idshape;
 pub mod verdict;
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -325,12 +325,12 @@ struct SessionIndex<'a> {
     /// The members whose streams carried ids: the ones a cursor or a namespace can come from
     /// (most exchanges of a long session carry none, and each audit looks at these).
     with_ids: Vec<usize>,
-    ids: FactMap<Vec<At<'a, IdFact>>>,
-    content: FactMap<Vec<At<'a, ContentFact>>>,
+    ids: FactGroups<'a, IdFact>,
+    content: FactGroups<'a, ContentFact>,
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
     /// (run from end, prefix, suffix) → (support, breaks, skips), over all streams of the
-    /// session.
-    shapes: BTreeMap<(u8, &'a str, &'a str), (u64, u64, u64)>,
+    /// session, in order of key.
+    shapes: Vec<ShapeTotal<'a>>,
     /// The members the capture lost bytes of (see [`lost_bytes`]), in capture order: a proof
     /// that needs every delivery of the session, or the absence of one, cannot be made past
     /// them.
@@ -340,6 +340,54 @@ struct SessionIndex<'a> {
     /// Connections of the input that may carry MCP were not read: the session may have had
     /// exchanges the capture cannot show.
     unread: bool,
+}
+
+/// A shape's key and its totals over a session (see [`SessionIndex::shapes`]).
+type ShapeTotal<'a> = ((u8, &'a str, &'a str), (u64, u64, u64));
+
+/// Facts of one session grouped by hash: sorted by hash, the facts of one hash in the order
+/// they were added. One buffer for the whole session, where a map would hold one per hash
+/// (most hashes, event ids, occur once).
+struct FactGroups<'a, F> {
+    entries: Vec<(u64, At<'a, F>)>,
+}
+
+impl<'a, F> FactGroups<'a, F> {
+    fn new() -> Self {
+        FactGroups {
+            entries: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, hash: u64, at: At<'a, F>) {
+        self.entries.push((hash, at));
+    }
+
+    /// Groups what was pushed; a stable sort keeps each hash's facts in the order pushed.
+    fn seal(&mut self) {
+        self.entries.sort_by_key(|e| e.0);
+    }
+
+    /// The facts of `hash`, in the order pushed (after [`FactGroups::seal`]).
+    fn get(&self, hash: u64) -> &[(u64, At<'a, F>)] {
+        let lo = self.entries.partition_point(|e| e.0 < hash);
+        let n = self.entries[lo..].partition_point(|e| e.0 == hash);
+        &self.entries[lo..lo + n]
+    }
+}
+
+/// Adds up the tallies of equal keys in `shapes`, leaving one entry per key, in order of key.
+fn total_shapes(shapes: &mut Vec<ShapeTotal<'_>>) {
+    shapes.sort_by(|a, b| a.0.cmp(&b.0));
+    shapes.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        kept.1.0 += later.1.0;
+        kept.1.1 += later.1.1;
+        kept.1.2 += later.1.2;
+        true
+    });
 }
 
 /// The capture lost bytes of this exchange: holes in its event stream, a body whose framing
@@ -363,14 +411,16 @@ fn har_body_unproven(x: &ExchangeSummary) -> bool {
 }
 
 impl<'a> SessionIndex<'a> {
-    fn build(xs: &'a [ExchangeSummary], members: &'a [usize]) -> Self {
+    /// The index of `members`; the facts only the audit of a resume looks at (ids, content,
+    /// shapes) only when `resumes`.
+    fn build(xs: &'a [ExchangeSummary], members: &'a [usize], resumes: bool) -> Self {
         let mut ix = SessionIndex {
             members,
             with_ids: Vec::new(),
-            ids: FactMap::default(),
-            content: FactMap::default(),
+            ids: FactGroups::new(),
+            content: FactGroups::new(),
             rpc: FactMap::default(),
-            shapes: BTreeMap::new(),
+            shapes: Vec::new(),
             lossy: Vec::new(),
             starts: Vec::new(),
             unread: false,
@@ -385,30 +435,39 @@ impl<'a> SessionIndex<'a> {
             let Some(s) = xs[i].stream.as_deref() else {
                 continue;
             };
-            if s.ids > 0 {
-                ix.with_ids.push(i);
-            }
-            for f in s.id_facts.iter() {
-                ix.ids.entry(f.hash).or_default().push((i, f));
-            }
             for c in s.content.iter() {
-                ix.content.entry(c.hash).or_default().push((i, c));
                 if let Some(id) = c.rpc_id
                     && c.kind == ContentKind::Response
                 {
                     ix.rpc.entry(id).or_default().push((i, c));
                 }
             }
-            for t in &s.shapes {
-                let e = ix
-                    .shapes
-                    .entry((t.k, t.prefix.as_str(), t.suffix.as_str()))
-                    .or_insert((0, 0, 0));
-                e.0 += u64::from(t.support);
-                e.1 += u64::from(t.breaks);
-                e.2 += u64::from(t.skips);
+            if !resumes {
+                continue;
             }
+            if s.ids > 0 {
+                ix.with_ids.push(i);
+            }
+            for f in s.id_facts.iter() {
+                ix.ids.push(f.hash, (i, f));
+            }
+            for c in s.content.iter() {
+                ix.content.push(c.hash, (i, c));
+            }
+            ix.shapes.extend(s.shapes.iter().map(|t| {
+                (
+                    (t.k, t.prefix.as_str(), t.suffix.as_str()),
+                    (
+                        u64::from(t.support),
+                        u64::from(t.breaks),
+                        u64::from(t.skips),
+                    ),
+                )
+            }));
         }
+        ix.ids.seal();
+        ix.content.seal();
+        total_shapes(&mut ix.shapes);
         ix
     }
 
@@ -431,6 +490,31 @@ impl<'a> SessionIndex<'a> {
     /// A shape holds only when nothing in the session contradicts it, so none is learned in a
     /// session the capture lost bytes of: the contradiction may be in what was lost.
     fn shape_pair<'s>(&self, last: &'s str, first: &'s str) -> Option<ShapePair<'s>> {
+        let (k, l, f, skips) = self.shared_shape(last, first)?;
+        let families: Vec<(&str, &str)> = self
+            .shapes
+            .iter()
+            .filter(|((kk, _, _), (s, b, _))| usize::from(*kk) == k && *s > 0 && *b == 0)
+            .map(|((_, p, s), _)| (*p, *s))
+            .collect();
+        Some(ShapePair {
+            last_seq: l.seq,
+            first_seq: f.seq,
+            prefix: l.prefix,
+            suffix: l.suffix,
+            display: idshape::display_shape(&families),
+            skips,
+        })
+    }
+
+    /// The learned shape two ids share, as [`SessionIndex::shape_pair`] finds it: the run
+    /// from the end that holds their counters, their splits there, and whether some stream's
+    /// counter skipped.
+    fn shared_shape<'s>(
+        &self,
+        last: &'s str,
+        first: &'s str,
+    ) -> Option<(usize, idshape::Split<'s>, idshape::Split<'s>, bool)> {
         if !self.lossy.is_empty() || self.unread {
             return None;
         }
@@ -444,27 +528,15 @@ impl<'a> SessionIndex<'a> {
             if a.prefix != b.prefix || a.suffix != b.suffix {
                 continue;
             }
-            let Some(&(support, breaks, skips)) = self.shapes.get(&(k as u8, a.prefix, a.suffix))
-            else {
+            let key = (k as u8, a.prefix, a.suffix);
+            let Ok(at) = self.shapes.binary_search_by(|e| e.0.cmp(&key)) else {
                 continue;
             };
+            let (support, breaks, skips) = self.shapes[at].1;
             if support == 0 || breaks > 0 {
                 continue;
             }
-            let families: Vec<(&str, &str)> = self
-                .shapes
-                .iter()
-                .filter(|((kk, _, _), (s, b, _))| usize::from(*kk) == k && *s > 0 && *b == 0)
-                .map(|((_, p, s), _)| (*p, *s))
-                .collect();
-            return Some(ShapePair {
-                last_seq: a.seq,
-                first_seq: b.seq,
-                prefix: a.prefix,
-                suffix: a.suffix,
-                display: idshape::display_shape(&families),
-                skips: skips > 0,
-            });
+            return Some((k, a, b, skips > 0));
         }
         None
     }
@@ -491,8 +563,8 @@ fn order_ids(ix: &SessionIndex<'_>, opts: &Options, a: &str, b: &str) -> Option<
     {
         return idshape::cmp_decimal(x, y);
     }
-    let s = ix.shape_pair(a, b)?;
-    idshape::cmp_decimal(s.last_seq, s.first_seq)
+    let (_, a, b, _) = ix.shared_shape(a, b)?;
+    idshape::cmp_decimal(a.seq, b.seq)
 }
 
 /// A stream the client's cursor came from, and how far along it the cursor was.
@@ -603,7 +675,10 @@ pub const DEFAULT_SESSION_MEMORY: usize = 32 << 20;
 struct Live {
     name: Arc<str>,
     xs: Vec<ExchangeSummary>,
-    resumes: Vec<ResumeRecord>,
+    /// Boxed: a record is large, and a long session's list grows (and is sorted) by moving
+    /// its items.
+    #[allow(clippy::vec_box)]
+    resumes: Vec<Box<ResumeRecord>>,
     /// Exchanges of the session begun and not yet over.
     open: u32,
     /// The client ended the session (`DELETE` answered 2xx): it is audited as soon as nothing
@@ -612,6 +687,24 @@ struct Live {
     /// Its place among idle sessions (when `open` is 0).
     idle_at: Option<u64>,
     held: usize,
+}
+
+/// The session `sid` of `live`, made when it is new.
+fn live_session<'m>(
+    live: &'m mut HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
+    sid: &str,
+) -> &'m mut Live {
+    if !live.contains_key(sid) {
+        let name: Arc<str> = Arc::from(sid);
+        live.insert(
+            name.clone(),
+            Live {
+                name,
+                ..Live::default()
+            },
+        );
+    }
+    live.get_mut(sid).expect("inserted above")
 }
 
 /// Counters of the stage.
@@ -676,17 +769,7 @@ impl Stage {
     }
 
     fn session(&mut self, sid: &str) -> &mut Live {
-        if !self.live.contains_key(sid) {
-            let name: Arc<str> = Arc::from(sid);
-            self.live.insert(
-                name.clone(),
-                Live {
-                    name,
-                    ..Live::default()
-                },
-            );
-        }
-        self.live.get_mut(sid).expect("inserted above")
+        live_session(&mut self.live, sid)
     }
 
     /// Moves a session to the end of the idle order (or out of it, while it has open
@@ -753,43 +836,51 @@ impl Stage {
             self.closed(&sid);
             ended_in = Some(sid);
         }
-        let sid = summary.as_ref().and_then(|x| x.session_id.clone());
-        match (summary, sid.as_deref()) {
-            (Some(x), Some(sid)) => {
-                let bytes = held_bytes(&x, resume.as_ref());
-                let name = self.session(sid).name.clone();
-                self.cross.add(&x, &name);
-                let l = self.session(sid);
-                l.terminated |= x.method.as_deref() == Some("DELETE")
-                    && x.status.is_some_and(|s| (200..300).contains(&s));
-                l.xs.push(x);
-                l.resumes.extend(resume);
-                l.held += bytes;
-                let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
-                self.held += bytes;
-                self.touch(sid);
-                if full {
-                    self.stats.sessions_retired_early += 1;
-                    self.retire(sid, sink);
-                }
-            }
+        let Some(x) = summary.filter(|x| x.session_id.is_some()) else {
             // Nothing to audit it against: it stands on its own stream.
-            _ => {
-                if let Some(r) = resume {
-                    sink.resume(r);
-                }
+            if let Some(r) = resume {
+                sink.resume(r);
             }
-        }
-        for s in [ended_in.as_deref(), sid.as_deref()].into_iter().flatten() {
-            if self
-                .live
-                .get(s)
-                .is_some_and(|l| l.terminated && l.open == 0)
-            {
-                self.retire(s, sink);
+            if let Some(s) = &ended_in {
+                self.retire_if_over(s, sink);
             }
+            self.enforce(sink);
+            return;
+        };
+        let bytes = held_bytes(&x, resume.as_ref());
+        let l = live_session(&mut self.live, x.session_id.as_deref().unwrap_or_default());
+        self.cross.add(&x, &l.name);
+        l.terminated |= x.method.as_deref() == Some("DELETE")
+            && x.status.is_some_and(|s| (200..300).contains(&s));
+        l.xs.push(x);
+        l.resumes.extend(resume.map(Box::new));
+        l.held += bytes;
+        let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
+        let sid = l.name.clone();
+        self.held += bytes;
+        self.touch(&sid);
+        if full {
+            self.stats.sessions_retired_early += 1;
+            self.retire(&sid, sink);
         }
+        if let Some(s) = ended_in.as_deref()
+            && *s != *sid
+        {
+            self.retire_if_over(s, sink);
+        }
+        self.retire_if_over(&sid, sink);
         self.enforce(sink);
+    }
+
+    /// Audits session `sid` when the client ended it and nothing of it is open.
+    fn retire_if_over<S: Sink + ?Sized>(&mut self, sid: &str, sink: &mut S) {
+        if self
+            .live
+            .get(sid)
+            .is_some_and(|l| l.terminated && l.open == 0)
+        {
+            self.retire(sid, sink);
+        }
     }
 
     /// While over the memory bound, audits the least recently active sessions.
@@ -831,7 +922,7 @@ impl Stage {
             &mut self.hops,
         );
         for r in l.resumes {
-            sink.resume(r);
+            sink.resume(*r);
         }
         for f in findings {
             sink.finding(f);
@@ -998,13 +1089,13 @@ pub fn sort_views(views: &mut [SessionView]) {
 fn audit_session(
     sid: &str,
     mut xs: Vec<ExchangeSummary>,
-    resumes: &mut [ResumeRecord],
+    resumes: &mut [Box<ResumeRecord>],
     cross: &CrossIndex,
     opts: &Options,
     unread: bool,
     known: &mut hops::HopMap,
 ) -> (Vec<Finding>, Option<SessionView>) {
-    xs.sort_by_key(|x| {
+    let capture_order = |x: &ExchangeSummary| {
         let m = x.start();
         (
             m.frame,
@@ -1013,8 +1104,14 @@ fn audit_session(
             x.connection.har_entry,
             x.exchange,
         )
-    });
-    resumes.sort_by_key(resume_order);
+    };
+    // Mostly in order already: a sort would still take a buffer of half the (large) items.
+    if !xs.is_sorted_by_key(capture_order) {
+        xs.sort_by_key(capture_order);
+    }
+    if !resumes.is_sorted_by_key(|r| resume_order(r)) {
+        resumes.sort_by_key(|r| resume_order(r));
+    }
     let resume_of: HashMap<JoinKey, usize, rustc_hash::FxBuildHasher> = resumes
         .iter()
         .enumerate()
@@ -1024,32 +1121,31 @@ fn audit_session(
     let har = xs.iter().any(|x| x.connection.har_entry.is_some());
     let all: Vec<usize> = (0..xs.len()).collect();
     let hops = hops::hops(&xs, known);
+    // A session's findings are gathered again only for its view.
     let mut session_findings = Vec::new();
     let mut loose = Vec::new();
+    let mut at_level: Vec<usize> = Vec::new();
+    let mut audited: Vec<(usize, usize)> = Vec::new();
     for level in 0..=hops.as_ref().map_or(0, |h| h.max) {
-        let members: Vec<usize> = match &hops {
-            None => all.clone(),
-            Some(h) => all
-                .iter()
-                .copied()
-                .filter(|&i| h.level[i] == level)
-                .collect(),
-        };
-        let mut ix = SessionIndex::build(&xs, &members);
-        ix.unread = unread;
-        for &xi in &members {
-            let Some(key) = join_of_summary(&xs[xi]) else {
-                continue;
-            };
-            if xs[xi].last_event_id.is_none() {
-                continue;
+        let members: &[usize] = match &hops {
+            None => &all,
+            Some(h) => {
+                at_level.clear();
+                at_level.extend(all.iter().copied().filter(|&i| h.level[i] == level));
+                &at_level
             }
-            let Some(&ri) = resume_of.get(&key) else {
-                continue;
-            };
-            let Some(r) = resumes.get_mut(ri) else {
-                continue;
-            };
+        };
+        // The resumes of the level, in capture order: (exchange, resume).
+        audited.clear();
+        audited.extend(members.iter().filter_map(|&xi| {
+            xs[xi].last_event_id.as_ref()?;
+            let ri = *resume_of.get(&join_of_summary(&xs[xi])?)?;
+            (ri < resumes.len()).then_some((xi, ri))
+        }));
+        let mut ix = SessionIndex::build(&xs, members, !audited.is_empty());
+        ix.unread = unread;
+        for &(xi, ri) in &audited {
+            let r = &mut resumes[ri];
             audit_resume(&xs, &ix, cross, opts, xi, r);
             if let Some(h) = &hops {
                 r.forensic.hop = Some(level);
@@ -1059,7 +1155,9 @@ fn audit_session(
             if har {
                 har_places(&mut r.forensic);
             }
-            session_findings.extend(r.forensic.findings.iter().cloned());
+            if opts.views {
+                session_findings.extend(r.forensic.findings.iter().cloned());
+            }
         }
         let mut found = Vec::new();
         cursor_lost(&xs, &ix, &mut found);
@@ -1078,7 +1176,9 @@ fn audit_session(
                     .iter()
                     .any(|o: &Finding| o.kind == f.kind && o.id == f.id)
         });
-        session_findings.extend(found.iter().cloned());
+        if opts.views {
+            session_findings.extend(found.iter().cloned());
+        }
         loose.append(&mut found);
     }
     let view = opts
@@ -1183,14 +1283,16 @@ fn lineage<'a>(
     let mut before = before;
     let mut exclude = vec![resumed];
     while links.len() < MAX_LINEAGE {
-        let Some(found) = ix.ids.get(&hash).and_then(|v| {
-            v.iter()
-                .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
-                .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
-        }) else {
+        let Some((x, fact)) = ix
+            .ids
+            .get(hash)
+            .iter()
+            .map(|e| e.1)
+            .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
+            .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
+        else {
             break;
         };
-        let (x, fact) = *found;
         links.push(Link { x, fact });
         exclude.push(x);
         let Some(up) = xs.get(x) else { break };
@@ -1208,37 +1310,37 @@ fn lineage<'a>(
 /// The delivery of `hash` the client had acknowledged, if any: on a lineage stream, at or
 /// before the acknowledged event.
 fn acknowledged<'a, F: Fact>(
-    deliveries: Option<&Vec<At<'a, F>>>,
+    deliveries: &[(u64, At<'a, F>)],
     links: &[Link<'_>],
     before: u64,
 ) -> Option<At<'a, F>> {
-    deliveries?
+    deliveries
         .iter()
-        .find(|(i, f)| {
+        .find(|(_, (i, f))| {
             f.delivers()
                 && f.mark().frame < before
                 && links.iter().any(|l| l.x == *i && f.event() <= l.fact.event)
         })
-        .copied()
+        .map(|e| e.1)
 }
 
 /// An earlier delivery of `hash` in the session that is not a legitimate resend: not on the
 /// resumed stream itself, and not past the acknowledged event on a lineage stream.
 fn elsewhere<'a, F: Fact>(
-    deliveries: Option<&Vec<At<'a, F>>>,
+    deliveries: &[(u64, At<'a, F>)],
     links: &[Link<'_>],
     resumed: usize,
     before: u64,
 ) -> Option<At<'a, F>> {
-    deliveries?
+    deliveries
         .iter()
-        .find(|(i, f)| {
+        .find(|(_, (i, f))| {
             *i != resumed
                 && f.delivers()
                 && f.mark().frame < before
                 && !links.iter().any(|l| l.x == *i && f.event() > l.fact.event)
         })
-        .copied()
+        .map(|e| e.1)
 }
 
 trait Fact {
@@ -1294,12 +1396,12 @@ fn find_redeliveries<'a>(
     links: &[Link<'a>],
     xi: usize,
     resumed_ids: &[&'a IdFact],
-    resumed_content: &[&'a ContentFact],
+    resumed_content: impl Iterator<Item = &'a ContentFact>,
 ) -> Redeliveries<'a> {
     let mut id_redelivery: Option<Redelivery<'a, IdFact>> = None;
     let mut id_elsewhere: Option<Redelivery<'a, IdFact>> = None;
     for &f in resumed_ids {
-        let d = ix.ids.get(&f.hash);
+        let d = ix.ids.get(f.hash);
         if let Some(e) = acknowledged(d, links, f.mark.frame) {
             match id_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
@@ -1335,8 +1437,8 @@ fn find_redeliveries<'a>(
         }
     }
     let mut content_redelivery: Option<Redelivery<'a, ContentFact>> = None;
-    for &c in resumed_content {
-        if let Some(e) = acknowledged(ix.content.get(&c.hash), links, c.mark.frame) {
+    for c in resumed_content {
+        if let Some(e) = acknowledged(ix.content.get(c.hash), links, c.mark.frame) {
             match content_redelivery.as_mut() {
                 Some(rd) => rd.count += 1,
                 None => {
@@ -1580,11 +1682,9 @@ fn audit_resume<'a>(
     let resumed_ids: Vec<&IdFact> = stream
         .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
         .unwrap_or_default();
-    let resumed_content: Vec<&ContentFact> = stream
-        .map(|s| s.content.iter().collect())
-        .unwrap_or_default();
+    let resumed_content = stream.into_iter().flat_map(|s| s.content.iter());
 
-    let red = find_redeliveries(ix, &links, xi, &resumed_ids, &resumed_content);
+    let red = find_redeliveries(ix, &links, xi, &resumed_ids, resumed_content);
 
     decide_opaque(xs, ix, opts, xi, r, &red);
 
@@ -1909,22 +2009,17 @@ fn cross_session<'a>(
 ) -> Option<Finding> {
     let x = &xs[xi];
     let own = x.session_id.as_deref()?;
-    let mut own_keys: HashSet<u64> = HashSet::new();
-    let mut own_ids = false;
-    for &j in &ix.with_ids {
-        if j == xi || xs[j].start().frame >= before {
-            continue;
-        }
-        if let Some(s) = stream_of(xs, j)
-            && s.ids > s.priming
-        {
-            own_ids = true;
-            own_keys.extend(s.keys.iter().copied());
-        }
-    }
-    if !own_ids {
-        return None;
-    }
+    // The session's own earlier streams that carried ids with data.
+    let own_streams = || {
+        ix.with_ids
+            .iter()
+            .filter(move |&&j| j != xi && xs[j].start().frame < before)
+            .filter_map(|&j| stream_of(xs, j))
+            .filter(|s| s.ids > s.priming)
+    };
+    own_streams().next()?;
+    // Their namespace keys, gathered only once an id of the resumed stream needs them.
+    let mut own_keys: Option<HashSet<u64, rustc_hash::FxBuildHasher>> = None;
     let mut first: Option<(&Delivery, &IdFact)> = None;
     let mut count = 0u64;
     for &f in resumed_ids {
@@ -1937,7 +2032,9 @@ fn cross_session<'a>(
             || d.mark.frame >= f.mark.frame
             || crate::exchange::is_integer_id(text)
             || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
-            || own_keys.contains(&f.key)
+            || own_keys
+                .get_or_insert_with(|| own_streams().flat_map(|s| s.keys.iter().copied()).collect())
+                .contains(&f.key)
         {
             continue;
         }
@@ -2079,7 +2176,7 @@ fn duplicate_responses(
 ) {
     let x = &xs[xi];
     let mut dups = 0;
-    let mut seen_rpc: HashSet<u64> = HashSet::new();
+    let mut seen_rpc: HashSet<u64, rustc_hash::FxBuildHasher> = HashSet::default();
     for c in s.content.iter() {
         if dups >= MAX_FINDINGS_PER_KIND {
             break;
@@ -2142,7 +2239,7 @@ fn list_changed_again(
         };
         // The same id earlier: on the client's own stream at or before its cursor, or, for
         // ids that are unique in a session (not integers), anywhere else.
-        let d = ix.ids.get(hash);
+        let d = ix.ids.get(*hash);
         let earlier = acknowledged(d, links, lc.mark.frame).or_else(|| {
             if crate::exchange::is_integer_id(text) {
                 None
@@ -2199,7 +2296,7 @@ fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Find
         mark: Mark,
         delivered: bool,
     }
-    let mut lineage: HashSet<u64> = HashSet::new();
+    let mut lineage: HashSet<u64, rustc_hash::FxBuildHasher> = HashSet::default();
     let mut held: Option<Held> = None;
     for &i in ix.members {
         let x = &xs[i];
@@ -2339,7 +2436,7 @@ fn view(
     sid: &str,
     xs: &[ExchangeSummary],
     members: &[usize],
-    resumes: &[ResumeRecord],
+    resumes: &[Box<ResumeRecord>],
     resume_of: &HashMap<JoinKey, usize, rustc_hash::FxBuildHasher>,
     findings: Vec<Finding>,
 ) -> SessionView {
@@ -2741,6 +2838,44 @@ data: "
         let (r, _) = c.run(&Options::default());
         assert!(!kinds(&r[0]).contains(&FindingKind::CrossSessionLeak));
         assert_eq!(r[0].decision.verdict, Verdict::Correct);
+    }
+
+    #[test]
+    fn fact_groups_keep_each_hash_in_the_order_pushed() {
+        let facts = [10u32, 11, 12, 13, 14];
+        let mut g = FactGroups::new();
+        for (i, (h, f)) in [7u64, 3, 7, 9, 3].into_iter().zip(&facts).enumerate() {
+            g.push(h, (i, f));
+        }
+        g.seal();
+        let at =
+            |h: u64| -> Vec<(usize, u32)> { g.get(h).iter().map(|e| (e.1.0, *e.1.1)).collect() };
+        assert_eq!(at(7), [(0, 10), (2, 12)]);
+        assert_eq!(at(3), [(1, 11), (4, 14)]);
+        assert_eq!(at(9), [(3, 13)]);
+        assert!(at(8).is_empty() && at(0).is_empty() && at(u64::MAX).is_empty());
+        let empty: FactGroups<'_, u32> = FactGroups::new();
+        assert!(empty.get(1).is_empty());
+    }
+
+    #[test]
+    fn shape_totals_add_up_equal_keys_in_key_order() {
+        let mut v = vec![
+            ((1, "b", ""), (1, 0, 0)),
+            ((0, "a", "x"), (2, 1, 0)),
+            ((1, "b", ""), (3, 0, 1)),
+            ((0, "a", ""), (1, 0, 0)),
+            ((0, "a", "x"), (1, 0, 2)),
+        ];
+        total_shapes(&mut v);
+        assert_eq!(
+            v,
+            [
+                ((0, "a", ""), (1, 0, 0)),
+                ((0, "a", "x"), (3, 1, 2)),
+                ((1, "b", ""), (4, 0, 1)),
+            ]
+        );
     }
 
     #[test]
