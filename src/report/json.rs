@@ -85,6 +85,7 @@ pub fn str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// `s` as a JSON string, or `null`.
+#[inline]
 pub fn opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         Some(s) => str(out, s),
@@ -92,35 +93,52 @@ pub fn opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     }
 }
 
+#[inline]
 pub fn null(out: &mut Vec<u8>) {
     out.extend_from_slice(b"null");
 }
 
-/// A member's name and colon, after a comma: `,"name":`. Names are plain ASCII and written
-/// as they are.
-pub fn key(out: &mut Vec<u8>, name: &str) {
-    out.reserve(name.len() + 4);
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\":");
+/// A member's name and colon, after a comma: `,"name":`, for a name given as a literal of
+/// plain ASCII (written as it is, in one piece).
+macro_rules! key {
+    ($out:expr, $name:literal) => {
+        $out.extend_from_slice(concat!(",\"", $name, "\":").as_bytes())
+    };
 }
+pub(crate) use key;
+
+/// The decimal digits of 0 to 99, two by two.
+static DIGITS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    t
+};
 
 /// The decimal digits of `n`.
 pub fn u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while n >= 100 {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGITS[(n % 100) as usize]);
+        n /= 100;
+    }
+    if n >= 10 {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGITS[n as usize]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[i] = b'0' + n as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
 
 /// `n`, or `null`.
+#[inline]
 pub fn opt_u64(out: &mut Vec<u8>, n: Option<u64>) {
     match n {
         Some(n) => u64(out, n),
@@ -134,9 +152,9 @@ pub fn value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
-/// Two decimal digits.
+/// Two decimal digits of `n` below 100.
 fn two(n: u32) -> [u8; 2] {
-    [b'0' + (n / 10 % 10) as u8, b'0' + (n % 10) as u8]
+    DIGITS[(n % 100) as usize]
 }
 
 /// The RFC 3339 text of [`super::rfc3339_micros`] for `time_ns`, without quotes.
@@ -180,6 +198,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// A time as a JSON string of [`time_text`].
+#[inline]
 pub fn time(out: &mut Vec<u8>, time_ns: i64) {
     out.push(b'"');
     time_text(out, time_ns);

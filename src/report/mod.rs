@@ -27,6 +27,7 @@ use crate::audit::{
 };
 use crate::exchange::{ExchangeSummary, ResumeRecord};
 use crate::record::{BodyEnd, Mark};
+use json::key;
 
 /// The version of the records' schema (docs/schema/*.json), written in every record so that a
 /// line read alone says what it is; raised when a field is removed or changes meaning, not
@@ -211,151 +212,150 @@ fn cited(har: bool, m: Mark) -> (Option<u64>, Option<String>) {
 
 /// Appends one resume record's JSON line, newline included (what [`write_resume`] writes).
 pub(crate) fn resume_line(out: &mut Vec<u8>, input: &str, r: &ResumeRecord) {
-    use json::key;
     // HAR records cite entries, not frames: their marks carry the entry index.
     let har = r.connection.har_entry.is_some();
     out.extend_from_slice(b"{\"type\":\"resume\",\"input\":");
     json::str(out, input);
-    key(out, "session_id");
+    key!(out, "session_id");
     json::opt_str(out, r.session_id.as_deref());
-    key(out, "verdict");
+    key!(out, "verdict");
     json::str(out, r.decision.verdict.as_str());
-    key(out, "reason");
+    key!(out, "reason");
     json::str(out, r.decision.reason);
-    key(out, "last_event_id");
+    key!(out, "last_event_id");
     json::str(out, &r.last_event_id);
-    key(out, "first_event_id");
+    key!(out, "first_event_id");
     json::opt_str(out, r.first_event_id.as_deref());
     if let Some(lost) = &r.decision.lost {
-        key(out, "lost");
+        key!(out, "lost");
         out.extend_from_slice(b"{\"from\":");
         json::str(out, &lost.from);
-        key(out, "to");
+        key!(out, "to");
         json::str(out, &lost.to);
-        key(out, "count");
+        key!(out, "count");
         json::opt_u64(out, lost.count);
         out.push(b'}');
     }
     if let Some(n) = r.decision.replayed_count {
-        key(out, "replay_span");
+        key!(out, "replay_span");
         json::u64(out, n);
     }
-    key(out, "resent_ids");
+    key!(out, "resent_ids");
     json::u64(out, r.resent_ids);
-    key(out, "request_method");
+    key!(out, "request_method");
     json::str(out, &r.method);
-    key(out, "request_target");
+    key!(out, "request_target");
     json::str(out, &r.target);
-    key(out, "request_time");
+    key!(out, "request_time");
     json::time(out, r.request.time_ns);
     let (frame, file) = cited(har, r.request);
-    key(out, "request_frame");
+    key!(out, "request_frame");
     json::opt_u64(out, frame);
     if let Some(file) = file {
-        key(out, "request_file");
+        key!(out, "request_file");
         json::str(out, &file);
     }
     if let Some(entry) = r.connection.har_entry {
-        key(out, "har_entry");
+        key!(out, "har_entry");
         json::u64(out, entry);
     }
-    key(out, "protocol_version");
+    key!(out, "protocol_version");
     json::opt_str(out, r.protocol_version.as_deref());
-    key(out, "response_status");
+    key!(out, "response_status");
     json::opt_u64(out, r.status.map(u64::from));
-    key(out, "response_content_type");
+    key!(out, "response_content_type");
     json::opt_str(out, r.content_type.as_deref());
     let (frame, file) = r.response.map_or((None, None), |m| cited(har, m));
-    key(out, "response_frame");
+    key!(out, "response_frame");
     json::opt_u64(out, frame);
     if let Some(file) = file {
-        key(out, "response_file");
+        key!(out, "response_file");
         json::str(out, &file);
     }
     let (frame, file) = r.first_event.map_or((None, None), |m| cited(har, m));
-    key(out, "first_event_frame");
+    key!(out, "first_event_frame");
     json::opt_u64(out, frame);
     if let Some(file) = file {
-        key(out, "first_event_file");
+        key!(out, "first_event_file");
         json::str(out, &file);
     }
-    key(out, "first_event_time");
+    key!(out, "first_event_time");
     match r.first_event.filter(|_| !har) {
         Some(m) => json::time(out, m.time_ns),
         None => json::null(out),
     }
-    key(out, "events_before_first_id");
+    key!(out, "events_before_first_id");
     json::u64(out, r.events_before_first_id);
-    key(out, "stream_events");
+    key!(out, "stream_events");
     json::u64(out, r.stream_events);
-    key(out, "stream_end");
+    key!(out, "stream_end");
     json::opt_str(out, body_end_name(r.stream_end));
-    key(out, "client");
+    key!(out, "client");
     match r.connection.client {
         Some(e) => json::endpoint(out, e),
         None => json::null(out),
     }
-    key(out, "server");
+    key!(out, "server");
     match r.connection.server {
         Some(e) => json::endpoint(out, e),
         None => json::null(out),
     }
-    key(out, "tcp_stream");
+    key!(out, "tcp_stream");
     json::opt_u64(out, r.connection.tcp_stream);
     if let Some(h) = r.h2_stream {
-        key(out, "h2_stream");
+        key!(out, "h2_stream");
         json::u64(out, u64::from(h));
     }
     if let Some(t) = r.connection.tls.as_deref() {
-        key(out, "tls");
+        key!(out, "tls");
         out.extend_from_slice(b"{\"version\":");
         json::opt_str(out, t.version.as_deref());
-        key(out, "cipher");
+        key!(out, "cipher");
         json::opt_str(out, t.cipher.as_deref());
-        key(out, "sni");
+        key!(out, "sni");
         json::opt_str(out, t.sni.as_deref());
-        key(out, "alpn");
+        key!(out, "alpn");
         json::opt_str(out, t.alpn.as_deref());
-        key(out, "keys");
+        key!(out, "keys");
         json::opt_str(out, t.keys.as_deref());
         out.push(b'}');
     }
-    key(out, "display_filter");
+    key!(out, "display_filter");
     resume_display_filter(out, r);
-    key(out, "id_shape");
+    key!(out, "id_shape");
     json::opt_str(out, r.forensic.id_shape.as_deref());
     if let Some(e) = &r.forensic.evidence {
-        key(out, "evidence");
+        key!(out, "evidence");
         evidence_json(out, e);
     }
-    key(out, "cursor");
+    key!(out, "cursor");
     match &r.forensic.cursor {
         Some(c) => cursor_json(out, c),
         None => json::null(out),
     }
     if let Some(hop) = r.forensic.hop {
-        key(out, "hop");
+        key!(out, "hop");
         json::u64(out, u64::from(hop));
     }
     if let Some(c) = r.forensic.relays.as_deref() {
-        key(out, "relays");
+        key!(out, "relays");
         cite_json(out, c);
     }
     let (frame, file) = r.priming_ack.map_or((None, None), |m| cited(har, m));
     if let Some(frame) = frame {
-        key(out, "priming_ack_frame");
+        key!(out, "priming_ack_frame");
         json::u64(out, frame);
     }
     if let Some(file) = file {
-        key(out, "priming_ack_file");
+        key!(out, "priming_ack_file");
         json::str(out, &file);
     }
     if let Some(a) = &r.resume_ack {
-        key(out, "resume_ack");
+        key!(out, "resume_ack");
         json::str(out, &a.0);
     }
     if !r.retry.is_empty() {
-        key(out, "retry_ms");
+        key!(out, "retry_ms");
         let mut sep = b'[';
         for (ms, _) in &r.retry {
             out.push(sep);
@@ -364,30 +364,30 @@ pub(crate) fn resume_line(out: &mut Vec<u8>, input: &str, r: &ResumeRecord) {
         }
         out.push(b']');
     }
-    key(out, "findings");
+    key!(out, "findings");
     findings_json(out, &r.forensic.findings);
-    key(out, "ts");
+    key!(out, "ts");
     json::value(out, &epoch_seconds(r.request.time_ns));
-    key(out, "first_event_ts");
+    key!(out, "first_event_ts");
     match r.first_event.filter(|_| !har) {
         Some(m) => json::value(out, &epoch_seconds(m.time_ns)),
         None => json::null(out),
     }
-    key(out, "client_ip");
+    key!(out, "client_ip");
     match r.connection.client {
         Some(e) => json::ip(out, e.ip),
         None => json::null(out),
     }
-    key(out, "client_port");
+    key!(out, "client_port");
     json::opt_u64(out, r.connection.client.map(|e| u64::from(e.port)));
-    key(out, "server_ip");
+    key!(out, "server_ip");
     match r.connection.server {
         Some(e) => json::ip(out, e.ip),
         None => json::null(out),
     }
-    key(out, "server_port");
+    key!(out, "server_port");
     json::opt_u64(out, r.connection.server.map(|e| u64::from(e.port)));
-    key(out, "schema_version");
+    key!(out, "schema_version");
     json::u64(out, u64::from(SCHEMA_VERSION));
     out.extend_from_slice(b"}\n");
 }
@@ -436,29 +436,28 @@ fn resume_display_filter(out: &mut Vec<u8>, r: &ResumeRecord) {
 
 /// A [`Cite`] as its `Serialize` writes it.
 fn cite_json(out: &mut Vec<u8>, c: &Cite) {
-    use json::key;
     out.extend_from_slice(b"{\"role\":");
     json::str(out, c.role);
     if c.har {
-        key(out, "har_entry");
+        key!(out, "har_entry");
         json::u64(out, c.mark.frame);
     } else {
         let (file, frame) = files::locate(c.mark.frame);
-        key(out, "frame");
+        key!(out, "frame");
         json::u64(out, frame);
         if let Some(file) = file {
-            key(out, "file");
+            key!(out, "file");
             json::str(out, &file);
         }
-        key(out, "time");
+        key!(out, "time");
         json::time(out, c.mark.time_ns);
     }
     if let Some(s) = c.tcp_stream {
-        key(out, "tcp_stream");
+        key!(out, "tcp_stream");
         json::u64(out, s);
     }
     if let Some(s) = &c.session_id {
-        key(out, "session_id");
+        key!(out, "session_id");
         json::str(out, s);
     }
     out.push(b'}');
@@ -477,75 +476,72 @@ fn cites_json(out: &mut Vec<u8>, cites: &[Cite]) {
 
 /// An [`Evidence`] as its `Serialize` writes it.
 fn evidence_json(out: &mut Vec<u8>, e: &Evidence) {
-    use json::key;
     out.extend_from_slice(b"{\"how\":");
     json::value(out, &e.how);
-    key(out, "detail");
+    key!(out, "detail");
     json::str(out, &files::detail_text(&e.detail));
-    let opt = [
-        ("id", &e.id),
-        ("shape", &e.shape),
-        ("last_seq", &e.last_seq),
-        ("first_seq", &e.first_seq),
-        ("ack", &e.ack),
+    let opt: [(&[u8], _); 5] = [
+        (b",\"id\":", &e.id),
+        (b",\"shape\":", &e.shape),
+        (b",\"last_seq\":", &e.last_seq),
+        (b",\"first_seq\":", &e.first_seq),
+        (b",\"ack\":", &e.ack),
     ];
     for (k, v) in opt {
         if let Some(v) = v {
-            key(out, k);
+            out.extend_from_slice(k);
             json::str(out, v);
         }
     }
     if let Some(c) = e.count {
-        key(out, "count");
+        key!(out, "count");
         json::u64(out, c);
     }
-    key(out, "cites");
+    key!(out, "cites");
     cites_json(out, &e.cites);
     out.push(b'}');
 }
 
 /// A [`Cursor`] as its `Serialize` writes it.
 fn cursor_json(out: &mut Vec<u8>, c: &Cursor) {
-    use json::key;
     out.extend_from_slice(b"{\"status\":");
     json::value(out, &c.status);
-    key(out, "detail");
+    key!(out, "detail");
     json::str(out, &files::detail_text(&c.detail));
-    key(out, "last_delivered_id");
+    key!(out, "last_delivered_id");
     json::opt_str(out, c.last_delivered_id.as_deref());
     if let Some(b) = c.behind_by {
-        key(out, "behind_by");
+        key!(out, "behind_by");
         json::u64(out, b);
     }
-    key(out, "cites");
+    key!(out, "cites");
     cites_json(out, &c.cites);
     out.push(b'}');
 }
 
 /// The members of a [`Finding`] as its `Serialize` writes them, each after a comma.
 fn finding_members(out: &mut Vec<u8>, f: &Finding) {
-    use json::key;
-    key(out, "kind");
+    key!(out, "kind");
     json::str(out, f.kind.as_str());
-    key(out, "severity");
+    key!(out, "severity");
     json::value(out, &f.severity);
-    key(out, "session_id");
+    key!(out, "session_id");
     json::opt_str(out, f.session_id.as_deref());
-    key(out, "detail");
+    key!(out, "detail");
     json::str(out, &files::detail_text(&f.detail));
     if let Some(id) = &f.id {
-        key(out, "id");
+        key!(out, "id");
         json::str(out, id);
     }
     if let Some(o) = &f.other_session_id {
-        key(out, "other_session_id");
+        key!(out, "other_session_id");
         json::str(out, o);
     }
     if let Some(c) = &f.resume {
-        key(out, "resume");
+        key!(out, "resume");
         cite_json(out, c);
     }
-    key(out, "cites");
+    key!(out, "cites");
     cites_json(out, &f.cites);
 }
 
@@ -770,7 +766,7 @@ pub(crate) fn finding_line(out: &mut Vec<u8>, input: &str, f: &Finding) {
     out.extend_from_slice(b"{\"type\":\"finding\",\"input\":");
     json::str(out, input);
     finding_members(out, f);
-    json::key(out, "schema_version");
+    key!(out, "schema_version");
     json::u64(out, u64::from(SCHEMA_VERSION));
     out.extend_from_slice(b"}\n");
 }
@@ -1667,9 +1663,12 @@ mod tests {
         let cites = |cs: &mut Vec<Cite>| cs.iter_mut().for_each(|c| second(&mut c.mark));
         second(&mut r.request);
         second(&mut r.last_proof);
-        r.response.as_mut().map(second);
-        r.first_event.as_mut().map(second);
-        r.priming_ack.as_mut().map(second);
+        for m in [&mut r.response, &mut r.first_event, &mut r.priming_ack]
+            .into_iter()
+            .flatten()
+        {
+            second(m);
+        }
         if let Some(e) = &mut r.forensic.evidence {
             cites(&mut e.cites);
         }
@@ -1681,7 +1680,9 @@ mod tests {
         }
         for f in &mut r.forensic.findings {
             cites(&mut f.cites);
-            f.resume.as_mut().map(|c| second(&mut c.mark));
+            if let Some(c) = &mut f.resume {
+                second(&mut c.mark);
+            }
         }
     }
 
