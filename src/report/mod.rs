@@ -11,6 +11,7 @@
 
 pub mod files;
 pub mod html;
+mod json;
 pub mod spool;
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,12 +19,15 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::audit::verdict::{LostRange, Verdict};
+#[cfg(test)]
+use crate::audit::verdict::LostRange;
+use crate::audit::verdict::Verdict;
 use crate::audit::{
     Cite, Cursor, CursorStatus, Evidence, Finding, FindingKind, SessionView, Severity,
 };
 use crate::exchange::{ExchangeSummary, ResumeRecord};
 use crate::record::{BodyEnd, Mark};
+use json::key;
 
 /// The version of the records' schema (docs/schema/*.json), written in every record so that a
 /// line read alone says what it is; raised when a field is removed or changes meaning, not
@@ -39,18 +43,12 @@ pub fn epoch_seconds(time_ns: i64) -> f64 {
 /// RFC 3339 UTC with microseconds, e.g. `2026-11-09T10:00:00.000123Z` (truncated, never
 /// rounded up into the next second).
 pub fn rfc3339_micros(time_ns: i64) -> String {
-    // In i128: the microsecond below the earliest i64 instant is not an i64. Every one of
-    // them (years 1677 to 2262) is within jiff's range.
-    let floored = i128::from(time_ns) - i128::from(time_ns.rem_euclid(1000));
-    match jiff::Timestamp::from_nanosecond(floored) {
-        // jiff's RFC 3339 printer with six fractional digits: the same text as
-        // `%Y-%m-%dT%H:%M:%S%.6fZ`, without parsing a format string for every time of a
-        // report that may hold millions.
-        Ok(t) => format!("{t:.6}"),
-        Err(_) => String::new(),
-    }
+    let mut out = Vec::with_capacity(27);
+    json::time_text(&mut out, time_ns);
+    String::from_utf8(out).unwrap_or_default()
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct TlsLine<'a> {
     version: Option<&'a str>,
@@ -60,6 +58,7 @@ struct TlsLine<'a> {
     keys: Option<&'a str>,
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct ResumeLine<'a> {
     #[serde(rename = "type")]
@@ -192,6 +191,378 @@ fn set_display_filter(c: &crate::exchange::ConnectionRef, from: Mark, to: Mark) 
 
 /// Writes one resume record as a JSON line.
 pub fn write_resume<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    r: &ResumeRecord,
+) -> std::io::Result<()> {
+    let mut line = Vec::with_capacity(1536);
+    resume_line(&mut line, input, r);
+    out.write_all(&line)
+}
+
+/// The frame of a mark as the report cites it and the file it is in (`None` for a lone
+/// file), or neither for a HAR entry.
+fn cited(har: bool, m: Mark) -> (Option<u64>, Option<String>) {
+    if har {
+        return (None, None);
+    }
+    let (file, frame) = files::locate(m.frame);
+    (Some(frame), file)
+}
+
+/// Appends one resume record's JSON line, newline included (what [`write_resume`] writes).
+pub(crate) fn resume_line(out: &mut Vec<u8>, input: &str, r: &ResumeRecord) {
+    // HAR records cite entries, not frames: their marks carry the entry index.
+    let har = r.connection.har_entry.is_some();
+    out.extend_from_slice(b"{\"type\":\"resume\",\"input\":");
+    json::str(out, input);
+    key!(out, "session_id");
+    json::opt_str(out, r.session_id.as_deref());
+    key!(out, "verdict");
+    json::str(out, r.decision.verdict.as_str());
+    key!(out, "reason");
+    json::str(out, r.decision.reason);
+    key!(out, "last_event_id");
+    json::str(out, &r.last_event_id);
+    key!(out, "first_event_id");
+    json::opt_str(out, r.first_event_id.as_deref());
+    if let Some(lost) = &r.decision.lost {
+        key!(out, "lost");
+        out.extend_from_slice(b"{\"from\":");
+        json::str(out, &lost.from);
+        key!(out, "to");
+        json::str(out, &lost.to);
+        key!(out, "count");
+        json::opt_u64(out, lost.count);
+        out.push(b'}');
+    }
+    if let Some(n) = r.decision.replayed_count {
+        key!(out, "replay_span");
+        json::u64(out, n);
+    }
+    key!(out, "resent_ids");
+    json::u64(out, r.resent_ids);
+    key!(out, "request_method");
+    json::str(out, &r.method);
+    key!(out, "request_target");
+    json::str(out, &r.target);
+    key!(out, "request_time");
+    json::time(out, r.request.time_ns);
+    let (frame, file) = cited(har, r.request);
+    key!(out, "request_frame");
+    json::opt_u64(out, frame);
+    if let Some(file) = file {
+        key!(out, "request_file");
+        json::str(out, &file);
+    }
+    if let Some(entry) = r.connection.har_entry {
+        key!(out, "har_entry");
+        json::u64(out, entry);
+    }
+    key!(out, "protocol_version");
+    json::opt_str(out, r.protocol_version.as_deref());
+    key!(out, "response_status");
+    json::opt_u64(out, r.status.map(u64::from));
+    key!(out, "response_content_type");
+    json::opt_str(out, r.content_type.as_deref());
+    let (frame, file) = r.response.map_or((None, None), |m| cited(har, m));
+    key!(out, "response_frame");
+    json::opt_u64(out, frame);
+    if let Some(file) = file {
+        key!(out, "response_file");
+        json::str(out, &file);
+    }
+    let (frame, file) = r.first_event.map_or((None, None), |m| cited(har, m));
+    key!(out, "first_event_frame");
+    json::opt_u64(out, frame);
+    if let Some(file) = file {
+        key!(out, "first_event_file");
+        json::str(out, &file);
+    }
+    key!(out, "first_event_time");
+    match r.first_event.filter(|_| !har) {
+        Some(m) => json::time(out, m.time_ns),
+        None => json::null(out),
+    }
+    key!(out, "events_before_first_id");
+    json::u64(out, r.events_before_first_id);
+    key!(out, "stream_events");
+    json::u64(out, r.stream_events);
+    key!(out, "stream_end");
+    json::opt_str(out, body_end_name(r.stream_end));
+    key!(out, "client");
+    match r.connection.client {
+        Some(e) => json::endpoint(out, e),
+        None => json::null(out),
+    }
+    key!(out, "server");
+    match r.connection.server {
+        Some(e) => json::endpoint(out, e),
+        None => json::null(out),
+    }
+    key!(out, "tcp_stream");
+    json::opt_u64(out, r.connection.tcp_stream);
+    if let Some(h) = r.h2_stream {
+        key!(out, "h2_stream");
+        json::u64(out, u64::from(h));
+    }
+    if let Some(t) = r.connection.tls.as_deref() {
+        key!(out, "tls");
+        out.extend_from_slice(b"{\"version\":");
+        json::opt_str(out, t.version.as_deref());
+        key!(out, "cipher");
+        json::opt_str(out, t.cipher.as_deref());
+        key!(out, "sni");
+        json::opt_str(out, t.sni.as_deref());
+        key!(out, "alpn");
+        json::opt_str(out, t.alpn.as_deref());
+        key!(out, "keys");
+        json::opt_str(out, t.keys.as_deref());
+        out.push(b'}');
+    }
+    key!(out, "display_filter");
+    resume_display_filter(out, r);
+    key!(out, "id_shape");
+    json::opt_str(out, r.forensic.id_shape.as_deref());
+    if let Some(e) = &r.forensic.evidence {
+        key!(out, "evidence");
+        evidence_json(out, e);
+    }
+    key!(out, "cursor");
+    match &r.forensic.cursor {
+        Some(c) => cursor_json(out, c),
+        None => json::null(out),
+    }
+    if let Some(hop) = r.forensic.hop {
+        key!(out, "hop");
+        json::u64(out, u64::from(hop));
+    }
+    if let Some(c) = r.forensic.relays.as_deref() {
+        key!(out, "relays");
+        cite_json(out, c);
+    }
+    let (frame, file) = r.priming_ack.map_or((None, None), |m| cited(har, m));
+    if let Some(frame) = frame {
+        key!(out, "priming_ack_frame");
+        json::u64(out, frame);
+    }
+    if let Some(file) = file {
+        key!(out, "priming_ack_file");
+        json::str(out, &file);
+    }
+    if let Some(a) = &r.resume_ack {
+        key!(out, "resume_ack");
+        json::str(out, &a.0);
+    }
+    if !r.retry.is_empty() {
+        key!(out, "retry_ms");
+        let mut sep = b'[';
+        for (ms, _) in &r.retry {
+            out.push(sep);
+            sep = b',';
+            json::u64(out, *ms);
+        }
+        out.push(b']');
+    }
+    key!(out, "findings");
+    findings_json(out, &r.forensic.findings);
+    key!(out, "ts");
+    json::value(out, &epoch_seconds(r.request.time_ns));
+    key!(out, "first_event_ts");
+    match r.first_event.filter(|_| !har) {
+        Some(m) => json::value(out, &epoch_seconds(m.time_ns)),
+        None => json::null(out),
+    }
+    key!(out, "client_ip");
+    match r.connection.client {
+        Some(e) => json::ip(out, e.ip),
+        None => json::null(out),
+    }
+    key!(out, "client_port");
+    json::opt_u64(out, r.connection.client.map(|e| u64::from(e.port)));
+    key!(out, "server_ip");
+    match r.connection.server {
+        Some(e) => json::ip(out, e.ip),
+        None => json::null(out),
+    }
+    key!(out, "server_port");
+    json::opt_u64(out, r.connection.server.map(|e| u64::from(e.port)));
+    key!(out, "schema_version");
+    json::u64(out, u64::from(SCHEMA_VERSION));
+    out.extend_from_slice(b"}\n");
+}
+
+/// A resume's `display_filter` value: the frames from the request to the last proof on its
+/// connection, or `null`.
+fn resume_display_filter(out: &mut Vec<u8>, r: &ResumeRecord) {
+    let Some(s) = r.connection.tcp_stream else {
+        return json::null(out);
+    };
+    // Wireshark dissects HTTP/2 by itself only under TLS (by ALPN); cleartext h2c needs
+    // "Decode As", without which an http2 field would hide every frame.
+    let h2 = match (r.h2_stream, &r.connection.tls) {
+        (Some(h), Some(_)) => Some(h),
+        _ => None,
+    };
+    if files::in_set(r.request.frame) {
+        match set_display_filter(&r.connection, r.request, r.last_proof) {
+            Some(mut f) => {
+                if let Some(h) = h2 {
+                    f.push_str(&format!(" && http2.streamid eq {h}"));
+                }
+                json::str(out, &f);
+            }
+            None => json::null(out),
+        }
+        return;
+    }
+    // Digits, letters and punctuation that JSON strings take as they are.
+    let (a, b) = (
+        r.request.frame.min(r.last_proof.frame),
+        r.request.frame.max(r.last_proof.frame),
+    );
+    out.extend_from_slice(b"\"tcp.stream eq ");
+    json::u64(out, s);
+    out.extend_from_slice(b" && frame.number >= ");
+    json::u64(out, a);
+    out.extend_from_slice(b" && frame.number <= ");
+    json::u64(out, b);
+    if let Some(h) = h2 {
+        out.extend_from_slice(b" && http2.streamid eq ");
+        json::u64(out, u64::from(h));
+    }
+    out.push(b'"');
+}
+
+/// A [`Cite`] as its `Serialize` writes it.
+fn cite_json(out: &mut Vec<u8>, c: &Cite) {
+    out.extend_from_slice(b"{\"role\":");
+    json::str(out, c.role);
+    if c.har {
+        key!(out, "har_entry");
+        json::u64(out, c.mark.frame);
+    } else {
+        let (file, frame) = files::locate(c.mark.frame);
+        key!(out, "frame");
+        json::u64(out, frame);
+        if let Some(file) = file {
+            key!(out, "file");
+            json::str(out, &file);
+        }
+        key!(out, "time");
+        json::time(out, c.mark.time_ns);
+    }
+    if let Some(s) = c.tcp_stream {
+        key!(out, "tcp_stream");
+        json::u64(out, s);
+    }
+    if let Some(s) = &c.session_id {
+        key!(out, "session_id");
+        json::str(out, s);
+    }
+    out.push(b'}');
+}
+
+fn cites_json(out: &mut Vec<u8>, cites: &[Cite]) {
+    out.push(b'[');
+    for (i, c) in cites.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        cite_json(out, c);
+    }
+    out.push(b']');
+}
+
+/// An [`Evidence`] as its `Serialize` writes it.
+fn evidence_json(out: &mut Vec<u8>, e: &Evidence) {
+    out.extend_from_slice(b"{\"how\":");
+    json::value(out, &e.how);
+    key!(out, "detail");
+    json::str(out, &files::detail_text(&e.detail));
+    let opt: [(&[u8], _); 5] = [
+        (b",\"id\":", &e.id),
+        (b",\"shape\":", &e.shape),
+        (b",\"last_seq\":", &e.last_seq),
+        (b",\"first_seq\":", &e.first_seq),
+        (b",\"ack\":", &e.ack),
+    ];
+    for (k, v) in opt {
+        if let Some(v) = v {
+            out.extend_from_slice(k);
+            json::str(out, v);
+        }
+    }
+    if let Some(c) = e.count {
+        key!(out, "count");
+        json::u64(out, c);
+    }
+    key!(out, "cites");
+    cites_json(out, &e.cites);
+    out.push(b'}');
+}
+
+/// A [`Cursor`] as its `Serialize` writes it.
+fn cursor_json(out: &mut Vec<u8>, c: &Cursor) {
+    out.extend_from_slice(b"{\"status\":");
+    json::value(out, &c.status);
+    key!(out, "detail");
+    json::str(out, &files::detail_text(&c.detail));
+    key!(out, "last_delivered_id");
+    json::opt_str(out, c.last_delivered_id.as_deref());
+    if let Some(b) = c.behind_by {
+        key!(out, "behind_by");
+        json::u64(out, b);
+    }
+    key!(out, "cites");
+    cites_json(out, &c.cites);
+    out.push(b'}');
+}
+
+/// The members of a [`Finding`] as its `Serialize` writes them, each after a comma.
+fn finding_members(out: &mut Vec<u8>, f: &Finding) {
+    key!(out, "kind");
+    json::str(out, f.kind.as_str());
+    key!(out, "severity");
+    json::value(out, &f.severity);
+    key!(out, "session_id");
+    json::opt_str(out, f.session_id.as_deref());
+    key!(out, "detail");
+    json::str(out, &files::detail_text(&f.detail));
+    if let Some(id) = &f.id {
+        key!(out, "id");
+        json::str(out, id);
+    }
+    if let Some(o) = &f.other_session_id {
+        key!(out, "other_session_id");
+        json::str(out, o);
+    }
+    if let Some(c) = &f.resume {
+        key!(out, "resume");
+        cite_json(out, c);
+    }
+    key!(out, "cites");
+    cites_json(out, &f.cites);
+}
+
+fn findings_json(out: &mut Vec<u8>, findings: &[Finding]) {
+    out.push(b'[');
+    for (i, f) in findings.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // The first member goes without its comma.
+        let at = out.len();
+        finding_members(out, f);
+        out[at] = b'{';
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// The serde form of [`write_resume`], which the tests hold it to.
+#[cfg(test)]
+fn write_resume_serde<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
     r: &ResumeRecord,
@@ -368,6 +739,7 @@ impl Serialize for Finding {
     }
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct FindingLine<'a> {
     #[serde(rename = "type")]
@@ -380,6 +752,28 @@ struct FindingLine<'a> {
 
 /// Writes a finding tied to no resume as a JSON line.
 pub fn write_finding<W: Write + ?Sized>(
+    out: &mut W,
+    input: &str,
+    f: &Finding,
+) -> std::io::Result<()> {
+    let mut line = Vec::with_capacity(512);
+    finding_line(&mut line, input, f);
+    out.write_all(&line)
+}
+
+/// Appends one finding's JSON line, newline included (what [`write_finding`] writes).
+pub(crate) fn finding_line(out: &mut Vec<u8>, input: &str, f: &Finding) {
+    out.extend_from_slice(b"{\"type\":\"finding\",\"input\":");
+    json::str(out, input);
+    finding_members(out, f);
+    key!(out, "schema_version");
+    json::u64(out, u64::from(SCHEMA_VERSION));
+    out.extend_from_slice(b"}\n");
+}
+
+/// The serde form of [`write_finding`], which the tests hold it to.
+#[cfg(test)]
+fn write_finding_serde<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
     f: &Finding,
@@ -1222,6 +1616,146 @@ mod tests {
             "2000-02-29T00:00:00.000000Z"
         );
         assert_eq!(rfc3339_micros(-1_000), "1969-12-31T23:59:59.999999Z");
+    }
+
+    /// Every capture and HAR file of the fixtures, with its key log when it has one.
+    fn fixture_reports() -> Vec<(String, crate::driver::InputReport)> {
+        use crate::driver::{Options, TlsKeys, analyze_path};
+        fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, found);
+                } else if matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("pcap" | "pcapng" | "har")
+                ) {
+                    found.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let mut paths = Vec::new();
+        walk(&root, &mut paths);
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|p| {
+                let keys = p.with_extension("keys");
+                let mut opts = Options {
+                    forensic: crate::audit::Options {
+                        views: true,
+                        ..Default::default()
+                    },
+                    ..Options::default()
+                };
+                if keys.exists() {
+                    opts.tls = TlsKeys::from_files(&[keys]).0;
+                }
+                (p.display().to_string(), analyze_path(&p, &opts))
+            })
+            .collect()
+    }
+
+    /// Moves every frame a record cites into the second file of a capture set.
+    fn into_second_file(r: &mut ResumeRecord) {
+        let second = |m: &mut Mark| m.frame |= 2 << crate::record::MEMBER_SHIFT;
+        let cites = |cs: &mut Vec<Cite>| cs.iter_mut().for_each(|c| second(&mut c.mark));
+        second(&mut r.request);
+        second(&mut r.last_proof);
+        for m in [&mut r.response, &mut r.first_event, &mut r.priming_ack]
+            .into_iter()
+            .flatten()
+        {
+            second(m);
+        }
+        if let Some(e) = &mut r.forensic.evidence {
+            cites(&mut e.cites);
+        }
+        if let Some(c) = &mut r.forensic.cursor {
+            cites(&mut c.cites);
+        }
+        if let Some(c) = &mut r.forensic.relays {
+            second(&mut c.mark);
+        }
+        for f in &mut r.forensic.findings {
+            cites(&mut f.cites);
+            if let Some(c) = &mut f.resume {
+                second(&mut c.mark);
+            }
+        }
+    }
+
+    #[test]
+    fn resume_and_finding_lines_are_the_serde_text() {
+        let set: std::sync::Arc<dyn files::FrameNames> =
+            std::sync::Arc::new(files::SetFiles(vec![
+                "a \"1\".pcap".to_string(),
+                "b\\2.pcap".to_string(),
+            ]));
+        let (mut resumes, mut findings) = (0, 0);
+        let mut h2_tls = false;
+        for (name, report) in fixture_reports() {
+            for r in &report.resumes {
+                h2_tls |= r.h2_stream.is_some() && r.connection.tls.is_some();
+                let mut moved = r.clone();
+                into_second_file(&mut moved);
+                for (r, names) in [(r, None), (&moved, None), (&moved, Some(&set))] {
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    files::with_files(names, || {
+                        write_resume(&mut got, &name, r).unwrap();
+                        write_resume_serde(&mut want, &name, r).unwrap();
+                    });
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8(want).unwrap()
+                    );
+                }
+                resumes += 1;
+            }
+            for f in report
+                .findings
+                .iter()
+                .chain(report.resumes.iter().flat_map(|r| &r.forensic.findings))
+            {
+                let mut moved = f.clone();
+                for c in moved.cites.iter_mut().chain(moved.resume.as_mut()) {
+                    c.mark.frame |= 2 << crate::record::MEMBER_SHIFT;
+                }
+                for (f, names) in [(f, None), (&moved, None), (&moved, Some(&set))] {
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    files::with_files(names, || {
+                        write_finding(&mut got, &name, f).unwrap();
+                        write_finding_serde(&mut want, &name, f).unwrap();
+                    });
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8(want).unwrap()
+                    );
+                }
+                findings += 1;
+            }
+        }
+        assert!(
+            resumes > 100 && findings > 20 && h2_tls,
+            "{resumes} {findings} {h2_tls}"
+        );
+    }
+
+    #[test]
+    fn enum_names_are_the_serde_names() {
+        for v in Verdict::ALL {
+            assert_eq!(
+                serde_json::to_string(&v).unwrap(),
+                format!("\"{}\"", v.as_str())
+            );
+        }
+        for k in FindingKind::ALL {
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.as_str())
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 
@@ -30,6 +31,8 @@ pub const SPOOL_MEMORY: usize = 4 << 20;
 pub const MERGE_FAN_IN: usize = 128;
 /// Bytes read ahead from each run while merging.
 const RUN_READ_AHEAD: usize = 32 << 10;
+/// Bytes gathered before each write of a run to the file.
+const RUN_WRITE_BUFFER: usize = 256 << 10;
 
 /// Where a line sorts: its section (resumes, findings, views), then the section's order, then
 /// the order lines came in.
@@ -78,7 +81,6 @@ pub struct Spool {
     pub spill_error: Option<String>,
     /// The files of a capture set, in reading order, which its records cite by name.
     pub files: Option<std::sync::Arc<dyn report::files::FrameNames>>,
-    line: Vec<u8>,
 }
 
 const RESUMES: u8 = 0;
@@ -108,7 +110,6 @@ impl Spool {
             human: human.then(HumanNotes::default),
             spill_error: None,
             files: None,
-            line: Vec::new(),
         }
     }
 
@@ -122,7 +123,8 @@ impl Spool {
         self.runs.len()
     }
 
-    fn push(&mut self, section: u8, words: [u64; 4], text: Option<&str>) {
+    /// Takes the line written to the run's bytes since `from`.
+    fn push(&mut self, from: usize, section: u8, words: [u64; 4], text: Option<&str>) {
         self.seq += 1;
         self.counts[usize::from(section)] += 1;
         let key = SortKey {
@@ -131,8 +133,6 @@ impl Spool {
             text: text.map(Box::from),
             seq: self.seq,
         };
-        let from = self.buf.len();
-        self.buf.extend_from_slice(&self.line);
         self.slots.push(Slot {
             key,
             from,
@@ -145,7 +145,7 @@ impl Spool {
 
     /// Sorts the lines in memory and writes them to the file as one run.
     fn spill(&mut self) {
-        self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        self.sort_slots();
         let from = self.file_len;
         let written = (|| -> std::io::Result<u64> {
             let mut f = match self.file.take() {
@@ -154,7 +154,7 @@ impl Spool {
             };
             let result = (|| {
                 f.seek(SeekFrom::Start(from))?;
-                let mut out = Counted::new(BufWriter::new(&mut f));
+                let mut out = Counted::new(BufWriter::with_capacity(RUN_WRITE_BUFFER, &mut f));
                 for slot in &self.slots {
                     let line = self.buf.get(slot.from..slot.to).unwrap_or(&[]);
                     write_entry(&mut out, &slot.key, line)?;
@@ -188,7 +188,7 @@ impl Spool {
     /// Writes every line in report order.
     pub fn write_to<W: Write + ?Sized>(&mut self, out: &mut W) -> std::io::Result<()> {
         if self.runs.is_empty() {
-            self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+            self.sort_slots();
             for slot in &self.slots {
                 out.write_all(self.buf.get(slot.from..slot.to).unwrap_or(&[]))?;
             }
@@ -223,6 +223,13 @@ impl Spool {
         merge_runs(f, &self.runs, out, false)
     }
 
+    /// Puts the lines in memory in report order; they often come in it already.
+    fn sort_slots(&mut self) {
+        if !self.slots.is_sorted_by(|a, b| a.key <= b.key) {
+            self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        }
+    }
+
     fn count_finding(&mut self, f: &Finding) {
         self.summary.count_finding(f);
         self.findings |= f.severity == Severity::Error;
@@ -255,21 +262,29 @@ impl<W: Write> Write for Counted<W> {
 /// A run entry: section, four key words, text (length, or `u32::MAX` for none), sequence,
 /// line length, line.
 fn write_entry<W: Write + ?Sized>(out: &mut W, key: &SortKey, line: &[u8]) -> std::io::Result<()> {
-    out.write_all(&[key.section])?;
-    for w in key.words {
-        out.write_all(&w.to_le_bytes())?;
+    let mut head = [0u8; 37];
+    head[0] = key.section;
+    for (to, w) in head[1..33].chunks_exact_mut(8).zip(key.words) {
+        to.copy_from_slice(&w.to_le_bytes());
     }
-    match &key.text {
+    let text = match &key.text {
         Some(t) => {
             let len = u32::try_from(t.len()).map_err(std::io::Error::other)?;
-            out.write_all(&len.to_le_bytes())?;
-            out.write_all(t.as_bytes())?;
+            head[33..].copy_from_slice(&len.to_le_bytes());
+            t.as_bytes()
         }
-        None => out.write_all(&u32::MAX.to_le_bytes())?,
-    }
-    out.write_all(&key.seq.to_le_bytes())?;
+        None => {
+            head[33..].copy_from_slice(&u32::MAX.to_le_bytes());
+            &[]
+        }
+    };
+    out.write_all(&head)?;
+    out.write_all(text)?;
+    let mut tail = [0u8; 12];
+    tail[..8].copy_from_slice(&key.seq.to_le_bytes());
     let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
-    out.write_all(&len.to_le_bytes())?;
+    tail[8..].copy_from_slice(&len.to_le_bytes());
+    out.write_all(&tail)?;
     out.write_all(line)
 }
 
@@ -303,8 +318,12 @@ impl Write for TailWriter<'_> {
 struct RunReader {
     at: u64,
     end: u64,
+    /// Bytes read: `buf[pos..len]` are yet to be taken; the rest of `buf` is room.
     buf: Vec<u8>,
     pos: usize,
+    len: usize,
+    /// Where the line of the entry last read is in `buf`.
+    line: (usize, usize),
 }
 
 impl RunReader {
@@ -314,27 +333,32 @@ impl RunReader {
             end: run.to,
             buf: Vec::new(),
             pos: 0,
+            len: 0,
+            line: (0, 0),
         }
     }
 
     /// Makes `n` bytes available at `pos`; false at the end of the run.
     fn fill(&mut self, mut f: &File, n: usize) -> std::io::Result<bool> {
-        if self.buf.len() - self.pos >= n {
+        if self.len - self.pos >= n {
             return Ok(true);
         }
-        self.buf.drain(..self.pos);
+        self.buf.copy_within(self.pos..self.len, 0);
+        self.len -= self.pos;
         self.pos = 0;
-        let want = n.max(RUN_READ_AHEAD).saturating_sub(self.buf.len());
+        let want = n.max(RUN_READ_AHEAD).saturating_sub(self.len);
         let left = self.end.saturating_sub(self.at);
         let take = (want as u64).min(left) as usize;
         if take > 0 {
+            if self.buf.len() < self.len + take {
+                self.buf.resize(self.len + take, 0);
+            }
             f.seek(SeekFrom::Start(self.at))?;
-            let old = self.buf.len();
-            self.buf.resize(old + take, 0);
-            f.read_exact(&mut self.buf[old..])?;
+            f.read_exact(&mut self.buf[self.len..self.len + take])?;
+            self.len += take;
             self.at += take as u64;
         }
-        Ok(self.buf.len() >= n)
+        Ok(self.len >= n)
     }
 
     fn take(&mut self, n: usize) -> &[u8] {
@@ -360,8 +384,9 @@ impl RunReader {
         self.array(f).map(u64::from_le_bytes)
     }
 
-    /// The next entry: its key and line, or `None` at the end of the run.
-    fn next(&mut self, f: &File) -> std::io::Result<Option<(SortKey, Vec<u8>)>> {
+    /// The next entry's key, or `None` at the end of the run; its line is [`RunReader::line`]
+    /// until the next call.
+    fn next(&mut self, f: &File) -> std::io::Result<Option<SortKey>> {
         if !self.fill(f, 1)? {
             return Ok(None);
         }
@@ -386,16 +411,19 @@ impl RunReader {
         if !self.fill(f, len)? {
             return Err(damaged());
         }
-        let line = self.take(len).to_vec();
-        Ok(Some((
-            SortKey {
-                section,
-                words,
-                text,
-                seq,
-            },
-            line,
-        )))
+        self.line = (self.pos, self.pos + len);
+        self.pos += len;
+        Ok(Some(SortKey {
+            section,
+            words,
+            text,
+            seq,
+        }))
+    }
+
+    /// The line of the entry last read.
+    fn line(&self) -> &[u8] {
+        &self.buf[self.line.0..self.line.1]
     }
 }
 
@@ -412,25 +440,28 @@ fn merge_runs<W: Write + ?Sized>(
     entries: bool,
 ) -> std::io::Result<()> {
     let mut readers: Vec<RunReader> = runs.iter().map(|r| RunReader::new(*r)).collect();
-    let mut heads: Vec<Option<Vec<u8>>> = vec![None; readers.len()];
-    let mut heap = BinaryHeap::new();
+    let mut heap = BinaryHeap::with_capacity(readers.len());
     for (i, r) in readers.iter_mut().enumerate() {
-        if let Some((k, line)) = r.next(f)? {
-            heads[i] = Some(line);
+        if let Some(k) = r.next(f)? {
             heap.push(Reverse((k, i)));
         }
     }
-    while let Some(Reverse((k, i))) = heap.pop() {
-        if let Some(line) = heads[i].take() {
-            if entries {
-                write_entry(out, &k, &line)?;
-            } else {
-                out.write_all(&line)?;
-            }
+    // A reader's line stays in its buffer until that reader is read again, after the line
+    // is written. The least entry is replaced in place by its run's next one.
+    while let Some(mut least) = heap.peek_mut() {
+        let Reverse((k, i)) = &*least;
+        let i = *i;
+        let r = &mut readers[i];
+        if entries {
+            write_entry(out, k, r.line())?;
+        } else {
+            out.write_all(r.line())?;
         }
-        if let Some((k2, line)) = readers[i].next(f)? {
-            heads[i] = Some(line);
-            heap.push(Reverse((k2, i)));
+        match r.next(f)? {
+            Some(next) => *least = Reverse((next, i)),
+            None => {
+                PeekMut::pop(least);
+            }
         }
     }
     Ok(())
@@ -443,16 +474,10 @@ impl audit::Sink for Spool {
         for f in &r.forensic.findings {
             self.count_finding(f);
         }
-        self.line.clear();
-        let mut line = std::mem::take(&mut self.line);
-        // Writing to memory cannot fail.
-        let input = &self.input;
-        let _ = report::files::with_files(self.files.as_ref(), || {
-            report::write_resume(&mut line, input, &r)
-        });
-        self.line = line;
-        let key = resume_key(&r);
-        self.push(RESUMES, key, None);
+        let from = self.buf.len();
+        let (input, buf) = (&self.input, &mut self.buf);
+        report::files::with_files(self.files.as_ref(), || report::resume_line(buf, input, &r));
+        self.push(from, RESUMES, resume_key(&r), None);
         if let Some(h) = self.human.as_mut() {
             h.resume(r);
         }
@@ -460,31 +485,25 @@ impl audit::Sink for Spool {
 
     fn finding(&mut self, f: Finding) {
         self.count_finding(&f);
-        self.line.clear();
-        let mut line = std::mem::take(&mut self.line);
-        let input = &self.input;
-        let _ = report::files::with_files(self.files.as_ref(), || {
-            report::write_finding(&mut line, input, &f)
-        });
-        self.line = line;
+        let from = self.buf.len();
+        let (input, buf) = (&self.input, &mut self.buf);
+        report::files::with_files(self.files.as_ref(), || report::finding_line(buf, input, &f));
         let (frame, kind, sid) = audit::finding_order(&f);
         let words = [frame.map_or(0, |f| f.saturating_add(1)), kind as u64, 0, 0];
-        let sid = sid.map(str::to_string);
-        self.push(FINDINGS, words, sid.as_deref());
+        self.push(from, FINDINGS, words, sid);
         if let Some(h) = self.human.as_mut() {
             h.finding(f);
         }
     }
 
     fn view(&mut self, v: SessionView) {
-        self.line.clear();
-        let mut line = std::mem::take(&mut self.line);
-        let input = &self.input;
+        let from = self.buf.len();
+        let (input, buf) = (&self.input, &mut self.buf);
+        // Writing to memory cannot fail.
         let _ = report::files::with_files(self.files.as_ref(), || {
-            report::write_session(&mut line, input, &v)
+            report::write_session(buf, input, &v)
         });
-        self.line = line;
-        self.push(VIEWS, [v.first.frame, 0, 0, 0], Some(&v.session_id));
+        self.push(from, VIEWS, [v.first.frame, 0, 0, 0], Some(&v.session_id));
     }
 }
 
