@@ -1242,7 +1242,12 @@ impl HeadFacts {
 }
 
 fn text(value: &[u8]) -> String {
-    String::from_utf8_lossy(value).into_owned()
+    // Valid UTF-8 (nearly every header) is checked a word at a time; the lossy decoder walks
+    // character by character.
+    match std::str::from_utf8(value) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(value).into_owned(),
+    }
 }
 
 // ----- body framing -----

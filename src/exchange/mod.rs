@@ -441,6 +441,11 @@ fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark
 }
 
 fn cut_text(bytes: &[u8]) -> String {
+    // ASCII (nearly every id and header) is one byte per character.
+    if bytes.is_ascii() {
+        let s = std::str::from_utf8(&bytes[..bytes.len().min(MAX_TEXT)]).unwrap_or_default();
+        return s.to_string();
+    }
     let s = String::from_utf8_lossy(bytes);
     match s.char_indices().nth(MAX_TEXT) {
         Some((at, _)) => s[..at].to_string(),
@@ -1172,7 +1177,10 @@ impl StreamFacts {
             r.resent_ids += 1;
         }
         if r.first_id.is_none() {
-            let text = String::from_utf8_lossy(id).into_owned();
+            let text = match std::str::from_utf8(id) {
+                Ok(s) => s.to_owned(),
+                Err(_) => String::from_utf8_lossy(id).into_owned(),
+            };
             r.first_id = Some((text, ev.id_truncated || id.len() > self.max_id, ev.mark));
         }
         false
@@ -1892,6 +1900,28 @@ pub fn is_integer_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_text_keeps_the_first_characters_of_any_bytes() {
+        let by_chars =
+            |b: &[u8]| -> String { String::from_utf8_lossy(b).chars().take(MAX_TEXT).collect() };
+        let long_ascii = vec![b'a'; MAX_TEXT + 10];
+        let long_utf8 = "é".repeat(MAX_TEXT + 3).into_bytes();
+        let mut mixed = vec![b'x'; MAX_TEXT - 1];
+        mixed.extend_from_slice("€z".as_bytes());
+        for b in [
+            &b""[..],
+            b"evt-42",
+            &long_ascii,
+            &long_utf8,
+            &mixed,
+            b"bad \xff\xfe bytes",
+            &[0xff; MAX_TEXT + 1],
+        ] {
+            assert_eq!(cut_text(b), by_chars(b), "{b:?}");
+        }
+        assert_eq!(cut_text(&long_ascii).len(), MAX_TEXT);
+    }
 
     /// One exchange through a tracker: the body cut at `cuts` (offsets, ascending), each piece
     /// in its own frame.
