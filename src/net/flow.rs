@@ -411,18 +411,25 @@ mod tests {
         );
     }
 
+    fn flags(syn: bool, ack: bool, fin: bool) -> TcpFlags {
+        TcpFlags {
+            syn,
+            ack,
+            fin,
+            rst: false,
+        }
+    }
+
+    /// A packet of a test: source, destination, sequence and acknowledgment numbers, flags,
+    /// payload, and the connection it must be found to belong to.
+    type Step<'a> = (Endpoint, Endpoint, u32, u32, TcpFlags, &'a [u8], u64);
+
     #[test]
     fn a_syn_with_another_sequence_number_opens_a_new_connection() {
         // The capture began as the old connection closed (its handshake not captured); the
         // client's SYN then reuses the ports. Wireshark numbers it as a new tcp.stream.
         let client = ep(Ipv4Addr::new(10, 0, 0, 2), 51_700);
         let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
-        let flags = |syn, ack, fin| crate::net::tcp::TcpFlags {
-            syn,
-            ack,
-            fin,
-            rst: false,
-        };
         let packet = |src, dst, seq, flags| decode::TcpPacket {
             src,
             dst,
@@ -481,12 +488,6 @@ mod tests {
         // numbers, and the new handshake does not.
         let client = ep(Ipv4Addr::new(10, 0, 0, 2), 51_700);
         let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
-        let flags = |syn, ack, fin| crate::net::tcp::TcpFlags {
-            syn,
-            ack,
-            fin,
-            rst: false,
-        };
         let mut table = FlowTable::new(100);
         let mut events = Vec::new();
         let mut at = 0;
@@ -510,101 +511,32 @@ mod tests {
                 })
                 .stream
         };
-        let c = &mut events;
-        assert_eq!(
-            run(
-                client,
-                server,
-                1000,
-                9000,
-                flags(false, true, false),
-                b"0123456789",
-                c
-            ),
-            0
+        let (ack, fin, syn, synack) = (
+            flags(false, true, false),
+            flags(false, true, true),
+            flags(true, false, false),
+            flags(true, true, false),
         );
-        assert_eq!(
-            run(
-                server,
-                client,
-                9000,
-                1010,
-                flags(false, true, false),
-                b"01234",
-                c
-            ),
-            0
-        );
-        assert_eq!(
-            run(client, server, 1010, 9005, flags(false, true, true), b"", c),
-            0
-        );
-        assert_eq!(
-            run(
-                client,
-                server,
-                5_000_000,
-                0,
-                flags(true, false, false),
-                b"",
-                c
-            ),
-            1
-        );
-        // The old connection's server FIN and the client's last ACK.
-        assert_eq!(
-            run(server, client, 9005, 1011, flags(false, true, true), b"", c),
-            0
-        );
-        assert_eq!(
-            run(
-                client,
-                server,
-                1011,
-                9006,
-                flags(false, true, false),
-                b"",
-                c
-            ),
-            0
-        );
-        // The new handshake and data, even with sequence numbers near the old ones.
-        assert_eq!(
-            run(
-                server,
-                client,
-                9100,
-                5_000_001,
-                flags(true, true, false),
-                b"",
-                c
-            ),
-            1
-        );
-        assert_eq!(
-            run(
-                client,
-                server,
-                5_000_001,
-                9101,
-                flags(false, true, false),
-                b"GET",
-                c
-            ),
-            1
-        );
-        assert_eq!(
-            run(
-                server,
-                client,
-                9101,
-                5_000_004,
-                flags(false, true, false),
-                b"",
-                c
-            ),
-            1
-        );
+        let steps: [Step<'_>; 9] = [
+            (client, server, 1000, 9000, ack, b"0123456789", 0),
+            (server, client, 9000, 1010, ack, b"01234", 0),
+            (client, server, 1010, 9005, fin, b"", 0),
+            (client, server, 5_000_000, 0, syn, b"", 1),
+            // The old connection's server FIN and the client's last ACK.
+            (server, client, 9005, 1011, fin, b"", 0),
+            (client, server, 1011, 9006, ack, b"", 0),
+            // The new handshake and data, even with sequence numbers near the old ones.
+            (server, client, 9100, 5_000_001, synack, b"", 1),
+            (client, server, 5_000_001, 9101, ack, b"GET", 1),
+            (server, client, 9101, 5_000_004, ack, b"", 1),
+        ];
+        for (i, (src, dst, seq, ack, f, payload, stream)) in steps.into_iter().enumerate() {
+            assert_eq!(
+                run(src, dst, seq, ack, f, payload, &mut events),
+                stream,
+                "step {i}"
+            );
+        }
         // The old one closed: no end to announce.
         assert_eq!(events, ["open 0", "open 1"]);
 
