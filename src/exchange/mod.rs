@@ -1812,6 +1812,16 @@ impl HttpSink for ExchangeTracker {
             // The request was not captured: without it there is nothing to pair.
             self.exchanges += 1;
         }
+        let resynced = self.resynced;
+        let ex = self.entry(n);
+        // An answer paired with a request made before bytes the HTTP stage skipped may answer
+        // a request lost in them instead: requests no session can be named for.
+        let paired_across_loss = ex
+            .request
+            .as_ref()
+            .zip(resynced)
+            .is_some_and(|(r, skipped)| skipped.frame >= r.complete.frame);
+        self.unattributed_loss |= paired_across_loss;
         let ex = self.entry(n);
         let resumed_from = ex.request.as_ref().and_then(|r| r.last_event_id.clone());
         // Event streams are read for session facts; a resume is read even when those are off.
@@ -2362,5 +2372,37 @@ mod tests {
             outcome_of(BodyEnd::GoneAway { code: 0 }),
             StreamOutcome::EndedOnWire
         );
+    }
+
+    /// An answer that follows bytes the HTTP stage skipped may answer a request lost in them:
+    /// pairing it with the request before the skip tells the session stage of the loss.
+    #[test]
+    fn an_answer_paired_across_skipped_bytes_is_a_loss_no_session_is_named_for() {
+        let run = |skip: bool| {
+            let mut t = ExchangeTracker::new(&Limits::default());
+            t.request(RequestHead {
+                exchange: 0,
+                method: "GET".into(),
+                target: "/mcp".into(),
+                session_id: Some("s-1".into()),
+                first: Mark::new(1, 10),
+                complete: Mark::new(1, 10),
+                ..Default::default()
+            });
+            if skip {
+                t.anomaly(Anomaly::Resynchronized, Mark::new(3, 30));
+            }
+            t.response(ResponseHead {
+                exchange: 0,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                first: Mark::new(4, 40),
+                complete: Mark::new(4, 40),
+                ..Default::default()
+            });
+            t.unattributed_loss
+        };
+        assert!(run(true));
+        assert!(!run(false));
     }
 }
