@@ -103,9 +103,9 @@ impl Flow {
             self.syn_seq = Some(p.seq);
         }
         self.base_seq[dir.index()].get_or_insert(p.seq);
-        let len = u32::try_from(p.payload.len()).unwrap_or(u32::MAX)
-            + u32::from(p.flags.syn)
-            + u32::from(p.flags.fin);
+        let len = u32::try_from(p.payload.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(u32::from(p.flags.syn) + u32::from(p.flags.fin));
         let end = p.seq.wrapping_add(len);
         let next = &mut self.next_seq[dir.index()];
         if next.is_none_or(|n| end.wrapping_sub(n) as i32 > 0) {
