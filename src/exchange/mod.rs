@@ -1807,13 +1807,9 @@ impl HttpSink for ExchangeTracker {
         let n = head.exchange;
         let limits = self.limits.clone();
         let keep = self.keep_summaries;
-        let ex = self.entry(n);
-        if ex.request.is_none() {
-            // The request was not captured: without it there is nothing to pair.
-            self.exchanges += 1;
-        }
         let resynced = self.resynced;
         let ex = self.entry(n);
+        let uncaptured = ex.request.is_none();
         // An answer paired with a request made before bytes the HTTP stage skipped may answer
         // a request lost in them instead: requests no session can be named for.
         let paired_across_loss = ex
@@ -1821,6 +1817,10 @@ impl HttpSink for ExchangeTracker {
             .as_ref()
             .zip(resynced)
             .is_some_and(|(r, skipped)| skipped.frame >= r.complete.frame);
+        if uncaptured {
+            // The request was not captured: without it there is nothing to pair.
+            self.exchanges += 1;
+        }
         self.unattributed_loss |= paired_across_loss;
         let ex = self.entry(n);
         let resumed_from = ex.request.as_ref().and_then(|r| r.last_event_id.clone());
