@@ -1176,8 +1176,10 @@ const BATCH_BYTES: usize = 256 << 10;
 const BATCH_MSGS: usize = 2048;
 /// Batches queued per worker before the reader waits: with more threads than cores, the
 /// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
-/// (4 MiB per worker; 4 batches left them idle a quarter of the time on two cores).
-const BATCHES_QUEUED: usize = 16;
+/// (2 MiB of payload per worker; 4 batches left them idle a quarter of the time on two cores,
+/// while 16 cost about 6 MiB more at the peak, every batch ever made being kept, for no CPU
+/// or wall time to show on two cores).
+const BATCHES_QUEUED: usize = 8;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
