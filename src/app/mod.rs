@@ -147,6 +147,7 @@ impl<S: HttpSink> StreamSink for ChildSink<'_, '_, S> {
 // HTTP/1 parser would cost an indirection on every call of the hot path. The HTTP/2 one is
 // boxed all the same: twice the HTTP/1 one's size, inline it made every open connection
 // (thousands at once, mostly HTTP/1) pay for it.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AppStack {
     Detecting(Detector),
     Http1(HttpConnection),
