@@ -7,10 +7,19 @@
 //! inflate window, no buffered input beyond the gzip header fields being skipped); work is
 //! proportional to the bytes given times the deflate expansion ratio.
 
+use std::cell::Cell;
+
 use flate2::{Decompress, FlushDecompress, Status};
 
-/// Output buffer of one content decoder.
+/// Output buffer of the content decoders.
 const DECODE_BUFFER_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// The output buffer of every decoder on the thread, taken for the length of one call: it
+    /// holds nothing between calls, and one per decoder put 16 KiB into every compressed body
+    /// open at once (an event stream's lasts as long as the stream).
+    static OUT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ContentCoding {
@@ -87,7 +96,6 @@ pub(crate) struct ContentDecoder {
     fixed: [u8; 10],
     flags: u8,
     inflate: Decompress,
-    out: Vec<u8>,
     fed_any: bool,
 }
 
@@ -107,7 +115,6 @@ impl ContentDecoder {
             fixed: [0; 10],
             flags: 0,
             inflate: Decompress::new(false),
-            out: vec![0; DECODE_BUFFER_BYTES],
             fed_any: false,
         }
     }
@@ -118,7 +125,21 @@ impl ContentDecoder {
     }
 
     /// Decodes `input`, handing decoded bytes to `emit`. `Err` on data that does not decode.
-    pub(crate) fn feed(&mut self, mut input: &[u8], mut emit: impl FnMut(&[u8])) -> Result<(), ()> {
+    pub(crate) fn feed(&mut self, input: &[u8], emit: impl FnMut(&[u8])) -> Result<(), ()> {
+        // A call made from `emit` (none is) would find the buffer taken and use one of its own.
+        let mut out = OUT.take();
+        out.resize(DECODE_BUFFER_BYTES, 0);
+        let result = self.feed_with(input, &mut out, emit);
+        OUT.set(out);
+        result
+    }
+
+    fn feed_with(
+        &mut self,
+        mut input: &[u8],
+        out: &mut [u8],
+        mut emit: impl FnMut(&[u8]),
+    ) -> Result<(), ()> {
         if !input.is_empty() {
             self.fed_any = true;
         }
@@ -210,10 +231,10 @@ impl ContentDecoder {
                     let b1 = *input.first().ok_or(())?;
                     self.inflate.reset(is_zlib_header(b0, b1));
                     self.state = DecodeState::Inflate;
-                    self.inflate_some(&[b0], &mut emit)?;
+                    self.inflate_some(&[b0], out, &mut emit)?;
                     0
                 }
-                DecodeState::Inflate => self.inflate_some(input, &mut emit)?,
+                DecodeState::Inflate => self.inflate_some(input, out, &mut emit)?,
                 DecodeState::GzipTrailer { remaining } => {
                     let take = remaining.min(input.len());
                     self.state = if take == remaining {
@@ -269,21 +290,24 @@ impl ContentDecoder {
 
     /// Runs the inflater over `input` until it needs more input or the stream ends; returns
     /// the input bytes it consumed.
-    fn inflate_some(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) -> Result<usize, ()> {
+    fn inflate_some(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        emit: &mut impl FnMut(&[u8]),
+    ) -> Result<usize, ()> {
         let mut consumed = 0;
         loop {
             let rest = input.get(consumed..).unwrap_or_default();
             let (in_before, out_before) = (self.inflate.total_in(), self.inflate.total_out());
-            let status = self
-                .inflate
-                .decompress(rest, &mut self.out, FlushDecompress::None);
+            let status = self.inflate.decompress(rest, out, FlushDecompress::None);
             let used = usize::try_from(self.inflate.total_in() - in_before).map_err(|_| ())?;
             let produced =
                 usize::try_from(self.inflate.total_out() - out_before).map_err(|_| ())?;
             // Bytes decoded before bad data are delivered too, so the answer does not depend
             // on where the input was cut.
             if produced > 0 {
-                emit(self.out.get(..produced).ok_or(())?);
+                emit(out.get(..produced).ok_or(())?);
             }
             let status = status.map_err(|_| ())?;
             consumed += used;
@@ -303,7 +327,7 @@ impl ContentDecoder {
                     Ok(consumed)
                 };
             }
-            if consumed >= input.len() && produced < self.out.len() {
+            if consumed >= input.len() && produced < out.len() {
                 return Ok(consumed);
             }
         }

@@ -674,7 +674,11 @@ pub const DEFAULT_SESSION_MEMORY: usize = 32 << 20;
 #[derive(Default)]
 struct Live {
     name: Arc<str>,
-    xs: Vec<ExchangeSummary>,
+    /// Boxed: a list of the summaries themselves doubled its room as it grew, and the room
+    /// not yet used (a quarter to a half of the list, several hundred bytes a slot) was held
+    /// for every session; one is made whole again when the session is audited.
+    #[allow(clippy::vec_box)]
+    xs: Vec<Box<ExchangeSummary>>,
     /// Boxed: a record is large, and a long session's list grows (and is sorted) by moving
     /// its items.
     #[allow(clippy::vec_box)]
@@ -852,7 +856,7 @@ impl Stage {
         self.cross.add(&x, &l.name);
         l.terminated |= x.method.as_deref() == Some("DELETE")
             && x.status.is_some_and(|s| (200..300).contains(&s));
-        l.xs.push(x);
+        l.xs.push(Box::new(x));
         l.resumes.extend(resume.map(Box::new));
         l.held += bytes;
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
@@ -914,7 +918,7 @@ impl Stage {
         }
         let (findings, view) = audit_session(
             &l.name,
-            std::mem::take(&mut l.xs),
+            std::mem::take(&mut l.xs).into_iter().map(|x| *x).collect(),
             &mut l.resumes,
             &self.cross,
             &self.opts,

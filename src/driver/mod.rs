@@ -691,17 +691,37 @@ struct Shard {
     ignore: Arc<[EndpointFilter]>,
     /// The TLS secrets known at this point of the capture.
     keys: Arc<KeyLog>,
-    /// Emptied resume and summary lists of finished connections, given to new ones (at most
-    /// [`SPARE_LISTS`]): a connection's first resume and first summary each allocated room
-    /// for four (several KiB) that [`drain`] emptied at once, so a short connection (a
-    /// reconnect loop) paid two large allocations for one exchange.
-    spare_lists: Vec<(Vec<ResumeRecord>, Vec<ExchangeSummary>)>,
+    /// The resume and summary lists a connection's tracker fills, lent to the connection for
+    /// the length of one call ([`Lists::lend`]): [`drain`] empties them before the call
+    /// returns, so room of their own would only sit idle in every open connection (thousands
+    /// at once, several KiB each), and fresh room at every exchange cost two large
+    /// allocations per exchange.
+    lists: Lists,
 }
 
-/// Emptied record lists a shard keeps for new connections.
-const SPARE_LISTS: usize = 16;
-/// Room past which a finished connection's lists are freed rather than kept.
-const SPARE_LIST_ROOM: usize = 8;
+/// Emptied resume and summary lists, with their room.
+#[derive(Default)]
+struct Lists {
+    resumes: Vec<ResumeRecord>,
+    summaries: Vec<ExchangeSummary>,
+}
+
+impl Lists {
+    /// Gives the lists' room to `t`, whose own lists are empty and hold none.
+    fn lend(&mut self, t: &mut ExchangeTracker) {
+        std::mem::swap(&mut self.resumes, &mut t.resumes);
+        std::mem::swap(&mut self.summaries, &mut t.summaries);
+    }
+
+    /// Takes the room back once `t` is drained. Lists that are not empty stay with their
+    /// connection (nothing leaves records undrained, but records must never pass to another
+    /// connection); the shard then keeps the connection's empty ones.
+    fn take_back(&mut self, t: &mut ExchangeTracker) {
+        if t.resumes.is_empty() && t.summaries.is_empty() {
+            self.lend(t);
+        }
+    }
+}
 
 impl Shard {
     fn new(limits: &Limits, keys: Arc<KeyLog>, ignore: Arc<[EndpointFilter]>) -> Self {
@@ -715,22 +735,17 @@ impl Shard {
             unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,
             ignore,
-            spare_lists: Vec::new(),
+            lists: Lists::default(),
         }
     }
 
     fn open(&mut self, stream: u64, endpoints: (Endpoint, Endpoint), from_start: bool) {
-        let mut tracker = ExchangeTracker::new(&self.limits);
-        if let Some((resumes, summaries)) = self.spare_lists.pop() {
-            tracker.resumes = resumes;
-            tracker.summaries = summaries;
-        }
         self.conns.insert(
             stream,
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
-                tracker,
+                tracker: ExchangeTracker::new(&self.limits),
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -749,6 +764,7 @@ impl Shard {
             return;
         };
         c.bytes += payload.len() as u64;
+        self.lists.lend(&mut c.tracker);
         let seg = TcpSegment {
             seq: m.seq,
             ack: m.ack,
@@ -772,6 +788,7 @@ impl Shard {
         if c.tracker.has_news() {
             drain(m.stream, c, m.mark.frame, &mut self.events);
         }
+        self.lists.take_back(&mut c.tracker);
         if c.tcp.is_closed() {
             self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
         } else if c.app.is_done() {
@@ -801,6 +818,7 @@ impl Shard {
             }
             return;
         };
+        self.lists.lend(&mut c.tracker);
         let mut bridge = Bridge {
             ctx: AppCtx {
                 limits: &self.limits,
@@ -837,6 +855,7 @@ impl Shard {
             mark.frame
         };
         drain(stream, &mut c, frame, &mut self.events);
+        self.lists.take_back(&mut c.tracker);
         let t = c.tcp.stats();
         self.stats.tcp_connections += 1;
         self.stats.tcp_gaps += t.gaps;
@@ -905,17 +924,6 @@ impl Shard {
         }
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
-        // `drain` emptied both lists above.
-        let (resumes, summaries) = (&mut c.tracker.resumes, &mut c.tracker.summaries);
-        if self.spare_lists.len() < SPARE_LISTS
-            && resumes.is_empty()
-            && summaries.is_empty()
-            && resumes.capacity() <= SPARE_LIST_ROOM
-            && summaries.capacity() <= SPARE_LIST_ROOM
-        {
-            self.spare_lists
-                .push((std::mem::take(resumes), std::mem::take(summaries)));
-        }
     }
 
     fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
@@ -997,8 +1005,8 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         r.connection = connection.clone();
         r
     };
-    // The resumes are taken from the tracker's own list, which keeps its room for the
-    // connection's next ones: a list of their own cost an allocation at every drain.
+    // The resumes are taken from the tracker's list in place, which keeps its room for the
+    // shard's next drains: a list of their own cost an allocation at every drain.
     let resumes = &mut c.tracker.resumes;
     for mut x in c.tracker.summaries.drain(..) {
         x.connection = connection.clone();
@@ -1168,8 +1176,10 @@ const BATCH_BYTES: usize = 256 << 10;
 const BATCH_MSGS: usize = 2048;
 /// Batches queued per worker before the reader waits: with more threads than cores, the
 /// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
-/// (4 MiB per worker; 4 batches left them idle a quarter of the time on two cores).
-const BATCHES_QUEUED: usize = 16;
+/// (2 MiB of payload per worker; 4 batches left them idle a quarter of the time on two cores,
+/// while 16 cost about 6 MiB more at the peak, every batch ever made being kept, for no CPU
+/// or wall time to show on two cores).
+const BATCHES_QUEUED: usize = 8;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
