@@ -729,7 +729,7 @@ impl XResume {
                 reason: intern(&self.reason)?,
                 lost: self
                     .lost
-                    .map(|(from, to, count)| LostRange { from, to, count }),
+                    .map(|(from, to, count)| Box::new(LostRange { from, to, count })),
                 replayed_count: self.replayed_count,
             },
             last_event_id: self.last_event_id,

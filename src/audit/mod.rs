@@ -218,8 +218,8 @@ pub struct Finding {
 pub struct Forensics {
     /// The shape (or user pattern) whose counter decided an opaque-id resume.
     pub id_shape: Option<String>,
-    pub evidence: Option<Evidence>,
-    pub cursor: Option<Cursor>,
+    pub evidence: Option<Box<Evidence>>,
+    pub cursor: Option<Box<Cursor>>,
     pub findings: Vec<Finding>,
     /// In a session the capture holds at several hops of a proxy: this resume's hop (0: the
     /// copy nearest the client).
@@ -947,18 +947,26 @@ impl Stage {
     }
 }
 
+/// What the retention budget counts for a held exchange summary, stream summary and resume
+/// record, whatever their layout: fixed numbers rather than `size_of`, so that a change of
+/// layout never changes which sessions a budget retires early, and with it the report. Each
+/// is at least the size of its record (a test checks it), so the estimate never undercounts.
+const HELD_EXCHANGE: usize = 296;
+const HELD_STREAM: usize = 520;
+const HELD_RESUME: usize = 952;
+
 /// About what an exchange's summary and resume occupy while held.
 fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
     use std::mem::size_of;
     let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
-    let mut n = size_of::<ExchangeSummary>()
+    let mut n = HELD_EXCHANGE
         + text(&x.session_id)
         + text(&x.method)
         + text(&x.target)
         + text(&x.last_event_id)
         + text(&x.protocol_version);
     if let Some(s) = x.stream.as_deref() {
-        n += size_of::<StreamSummary>()
+        n += HELD_STREAM
             + s.id_facts.iter().count() * size_of::<IdFact>()
             + s.id_facts
                 .iter()
@@ -977,7 +985,7 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
                 .sum::<usize>();
     }
     if let Some(r) = r {
-        n += size_of::<ResumeRecord>()
+        n += HELD_RESUME
             + r.last_event_id.capacity()
             + r.method.capacity()
             + r.target.capacity()
@@ -1259,11 +1267,11 @@ fn decide_structured(last_seq: &str, first_seq: &str, prefix: &str, suffix: &str
         _ => d.reason,
     };
     if let Some(lost) = d.lost.take() {
-        d.lost = Some(LostRange {
+        d.lost = Some(Box::new(LostRange {
             from: format!("{prefix}{}{suffix}", lost.from),
             to: format!("{prefix}{}{suffix}", lost.to),
             count: lost.count,
-        });
+        }));
     }
     d
 }
@@ -1548,7 +1556,7 @@ fn decide_opaque<'a>(
             // the lost range is given as counters.
             r.decision = decide_structured(a, b, "", "");
             r.forensic.id_shape = Some(source.to_string());
-            r.forensic.evidence = Some(Evidence {
+            r.forensic.evidence = Some(Box::new(Evidence {
                 how: EvidenceKind::IdPattern,
                 detail: format!(
                     "--id-pattern gives counter {a} in Last-Event-ID and {b} in the first id"
@@ -1564,7 +1572,7 @@ fn decide_opaque<'a>(
                     .map(|m| cite(x, "first_event", m))
                     .into_iter()
                     .collect(),
-            });
+            }));
         } else if let Some((sp, decision)) = ix.shape_pair(&last, first).and_then(|sp| {
             let d = decide_structured(sp.last_seq, sp.first_seq, sp.prefix, sp.suffix);
             // A counter shared by streams skips ids on each: past the next one proves nothing.
@@ -1577,7 +1585,7 @@ fn decide_opaque<'a>(
             } else {
                 "consecutive ids of a stream count up by one"
             };
-            r.forensic.evidence = Some(Evidence {
+            r.forensic.evidence = Some(Box::new(Evidence {
                 how: EvidenceKind::IdShape,
                 detail: format!(
                     "the session's ids have the shape {} ({how}); counter {} in Last-Event-ID, \
@@ -1595,7 +1603,7 @@ fn decide_opaque<'a>(
                     .map(|m| cite(x, "first_event", m))
                     .into_iter()
                     .collect(),
-            });
+            }));
         } else if let Some(rd) = &red.id {
             r.decision = Decision {
                 verdict: Verdict::Replayed,
@@ -1604,7 +1612,7 @@ fn decide_opaque<'a>(
                 lost: None,
                 replayed_count: None,
             };
-            r.forensic.evidence = Some(id_evidence(xs, xi, rd));
+            r.forensic.evidence = Some(Box::new(id_evidence(xs, xi, rd)));
         } else if let Some(rd) = &red.content {
             r.decision = Decision {
                 verdict: Verdict::Replayed,
@@ -1613,7 +1621,7 @@ fn decide_opaque<'a>(
                 lost: None,
                 replayed_count: None,
             };
-            r.forensic.evidence = Some(content_evidence(xs, xi, rd));
+            r.forensic.evidence = Some(Box::new(content_evidence(xs, xi, rd)));
         } else if let Some((ack, at)) = r.resume_ack.clone() {
             let ordered = if ack == last {
                 Some(Ordering::Equal)
@@ -1645,7 +1653,7 @@ fn decide_opaque<'a>(
                     replayed_count: None,
                 };
             }
-            r.forensic.evidence = Some(Evidence {
+            r.forensic.evidence = Some(Box::new(Evidence {
                 how: EvidenceKind::ResumeAck,
                 detail: format!(
                     "an `event: resume` frame names {ack:?} as the resume point; Last-Event-ID \
@@ -1658,15 +1666,15 @@ fn decide_opaque<'a>(
                 ack: Some(ack),
                 count: None,
                 cites: vec![cite(x, "resume_ack", at)],
-            });
+            }));
         }
     }
     // Re-delivery backs any replay verdict, and is worth showing whatever decided it.
     if r.forensic.evidence.is_none() {
         if let Some(rd) = &red.id {
-            r.forensic.evidence = Some(id_evidence(xs, xi, rd));
+            r.forensic.evidence = Some(Box::new(id_evidence(xs, xi, rd)));
         } else if let Some(rd) = &red.content {
-            r.forensic.evidence = Some(content_evidence(xs, xi, rd));
+            r.forensic.evidence = Some(Box::new(content_evidence(xs, xi, rd)));
         }
     }
 }
@@ -1725,7 +1733,7 @@ fn audit_resume<'a>(
         )),
         _ => {}
     }
-    r.forensic.cursor = Some(cursor);
+    r.forensic.cursor = Some(Box::new(cursor));
 
     if let Some(s) = stream {
         for d in s.dup_ids.iter().take(MAX_FINDINGS_PER_KIND) {
@@ -2502,6 +2510,13 @@ mod tests {
     use super::*;
     use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
+
+    #[test]
+    fn the_budget_counts_at_least_what_each_held_record_occupies() {
+        assert!(HELD_EXCHANGE >= std::mem::size_of::<ExchangeSummary>());
+        assert!(HELD_STREAM >= std::mem::size_of::<StreamSummary>());
+        assert!(HELD_RESUME >= std::mem::size_of::<ResumeRecord>());
+    }
 
     /// A capture built exchange by exchange: each on its own connection, frames in order.
     #[derive(Clone, Default)]

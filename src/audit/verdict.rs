@@ -253,7 +253,7 @@ pub struct Decision {
     /// Why, in one sentence.
     pub reason: &'static str,
     /// For `gap_skipped`: the ids lost.
-    pub lost: Option<LostRange>,
+    pub lost: Option<Box<LostRange>>,
     /// For `replayed`: how many ids were sent again, when known.
     pub replayed_count: Option<u64>,
 }
@@ -399,7 +399,7 @@ pub fn decide(last_event_id: &str, response: ResponseFacts<'_>) -> Decision {
             Decision::of(Correct, "the stream resumed at the id after Last-Event-ID")
         }
         Some(IdOrder::Skipped(lost)) => Decision {
-            lost: Some(lost),
+            lost: Some(Box::new(lost)),
             ..Decision::of(
                 GapSkipped,
                 "the stream resumed past the id after Last-Event-ID: the ids between were lost",
@@ -471,11 +471,11 @@ mod tests {
         assert_eq!(d.verdict, Verdict::GapSkipped);
         assert_eq!(
             d.lost,
-            Some(LostRange {
+            Some(Box::new(LostRange {
                 from: "3901".into(),
                 to: "4417".into(),
                 count: Some(517)
-            })
+            }))
         );
     }
 
