@@ -185,9 +185,10 @@ impl HttpConnection {
         }
     }
 
-    /// `len` bytes of `dir` are missing from the capture at this point of the stream.
+    /// `len` bytes of `dir` are missing from the capture at this point of the stream; 0 when
+    /// how many is not known (bytes lost under TLS, or a direction it cannot read any more).
     pub fn gap<S: HttpSink>(&mut self, dir: Direction, len: u64, mark: Mark, sink: &mut S) {
-        if self.abandoned || len == 0 {
+        if self.abandoned {
             return;
         }
         let d = dir.index();
@@ -838,7 +839,19 @@ impl HttpConnection {
         if let Some(index) = newest_before
             && let Some(Pending::Request(request)) = self.pending.get(index).copied()
         {
+            // Bytes the capture lost after that request may hold a later one, and a client
+            // that waits for each answer before it asks again sent it only once this request
+            // was answered: when answers were lost too, this one may be the lost request's.
+            // Either way that request's answer is this one or lost, so it waits no longer.
+            let later_lost = self
+                .pending
+                .iter()
+                .skip(index + 1)
+                .any(|entry| *entry == Pending::Lost);
             self.pending.drain(..=index);
+            if later_lost && self.responses_lost {
+                return (self.allocate_exchange(), None);
+            }
             self.responses_lost = false;
             return (request.exchange, Some(request));
         }
@@ -1341,8 +1354,12 @@ impl BodyFraming {
         }
     }
 
+    /// `len` bytes missing, 0 when how many is not known: only a body that runs to the close
+    /// keeps its framing then.
     fn gap(&mut self, len: u64) -> GapEffect {
         match self {
+            BodyFraming::UntilClose => GapEffect::Kept,
+            _ if len == 0 => GapEffect::Lost,
             BodyFraming::Length(remaining) if len <= *remaining => {
                 *remaining -= len;
                 if *remaining == 0 {
@@ -1351,7 +1368,6 @@ impl BodyFraming {
                     GapEffect::Kept
                 }
             }
-            BodyFraming::UntilClose => GapEffect::Kept,
             BodyFraming::Chunked(ChunkState::Data(remaining)) if len <= *remaining => {
                 *remaining -= len;
                 if *remaining == 0 {
@@ -2555,6 +2571,67 @@ mod tests {
                 "body 2 C",
                 "end 2 Complete",
             ]
+        );
+    }
+
+    #[test]
+    fn an_answer_after_lost_answers_and_a_lost_request_is_paired_with_neither() {
+        // The answer to GET /a was lost, and so was a request after it: the answer captured
+        // next may be either one's, and a client that waits for each answer asked again only
+        // once it had the first.
+        let out = transcript(&[
+            data(C, get("/a")),
+            Step::Gap(S, 40),
+            Step::Gap(C, 20),
+            data(S, ok_length("x")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let events = summary(&out.events);
+        assert!(
+            events.iter().any(|e| e.contains("UnpairedResponse")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| e == "resp 0 200"), "{events:?}");
+    }
+
+    #[test]
+    fn an_answer_after_lost_answers_goes_to_the_last_request_before_it() {
+        let out = transcript(&[
+            data(C, get("/a")),
+            Step::Gap(S, 40),
+            data(S, ok_length("x")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert!(summary(&out.events).iter().any(|e| e == "resp 0 200"));
+    }
+
+    #[test]
+    fn a_loss_of_unknown_length_ends_a_framed_body_but_not_one_read_to_the_close() {
+        let framed = transcript(&[
+            data(C, get("/a")),
+            data(S, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"),
+            Step::Gap(S, 0),
+            data(S, "defghij"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let events = summary(&framed.events);
+        assert!(events.iter().any(|e| e == "end 0 LostSync"), "{events:?}");
+        let to_close = transcript(&[
+            data(C, get("/a")),
+            data(S, "HTTP/1.1 200 OK\r\n\r\nabc"),
+            Step::Gap(S, 0),
+            data(S, "def"),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let events = summary(&to_close.events);
+        assert!(!events.iter().any(|e| e.contains("LostSync")), "{events:?}");
+        assert!(
+            events.iter().any(|e| e.starts_with("body 0 def")),
+            "{events:?}"
         );
     }
 

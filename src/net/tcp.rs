@@ -533,16 +533,27 @@ impl HalfStream {
         }
     }
 
-    /// Delivers what is buffered before position `to`, giving up the holes between as gaps;
-    /// a hole at the tail is left open (its bytes may still be captured).
-    fn settle_to<S: StreamSink>(&mut self, to: u64, mark: Mark, sink: &mut S) {
+    /// Delivers what is buffered before position `to`, which the peer acknowledged in a
+    /// segment held for it until now, giving up the holes between as gaps. With `tail`, so is
+    /// the rest up to `to`: the peer received those bytes before it sent what waited for them,
+    /// so what the peer sent must not be read as if they had never been sent (an answer read
+    /// after a lost request would be paired with the request before it).
+    fn settle_to<S: StreamSink>(&mut self, to: u64, tail: bool, mark: Mark, sink: &mut S) {
         while self.started && !self.ended && self.next < to {
-            let Some((&piece_start, _)) = self.pending.first_key_value() else {
-                return;
+            let piece_start = match self.pending.first_key_value() {
+                Some((&start, _)) if start < to => start,
+                _ => {
+                    // A FIN's position is not a byte (when the FIN is not captured, its loss is
+                    // counted as one); an acknowledgment far beyond anything sent is no
+                    // evidence of bytes.
+                    let end = self.fin_at.map_or(to, |fin| to.min(fin));
+                    if tail && end > self.next && end - self.next <= u64::from(MAX_ANCHORED_HOLE) {
+                        self.hole_seen = None;
+                        self.gap_to(end, mark, sink);
+                    }
+                    return;
+                }
             };
-            if piece_start >= to {
-                return;
-            }
             let before = self.next;
             // Reported where the capture revealed it, when it did.
             let at = match self.hole_seen.take() {
@@ -774,9 +785,8 @@ impl TcpConnection {
             let Some(front) = self.held[d].front() else {
                 return;
             };
-            let due = other.ended
-                || other.next >= front.needs
-                || self.segments.saturating_sub(front.since) >= REORDER_PATIENCE;
+            let waited_out = self.segments.saturating_sub(front.since) >= REORDER_PATIENCE;
+            let due = other.ended || other.next >= front.needs || waited_out;
             if !due {
                 if forced >= force {
                     return;
@@ -788,8 +798,9 @@ impl TcpConnection {
             };
             self.held_cost = self.held_cost.saturating_sub(h.cost());
             // What it acknowledges of the other direction and the capture holds goes first;
-            // holes before it are given up.
-            self.halves[1 - d].settle_to(h.needs, mark, sink);
+            // holes before it are given up, and so is the rest once the wait is over (a
+            // segment let through early may still be followed by those bytes).
+            self.halves[1 - d].settle_to(h.needs, waited_out, mark, sink);
             let seg = TcpSegment {
                 seq: h.seq,
                 ack: 0,
@@ -1498,6 +1509,9 @@ mod tests {
         w.send(Forward, 1001, 5004, "A", b"answer");
         let last = w.wait();
         assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        // The bytes it answers were received, so they are missing, and said so before it:
+        // what reads the answer must know that something was asked after what it holds.
+        assert_eq!(w.rec.of(Reverse), [Event::Gap(3)]);
         w.finish(StreamEnd::CaptureEnd);
         assert_eq!(
             w.rec.of(Reverse),

@@ -381,16 +381,21 @@ impl Http2Connection {
         self.feed(dir, bytes, mark, sink);
     }
 
-    /// `len` bytes of `dir` are missing from the capture at this point of the stream.
+    /// `len` bytes of `dir` are missing from the capture at this point of the stream; 0 when
+    /// how many is not known (bytes lost under TLS), which no frame boundary survives.
     pub(crate) fn gap<S: HttpSink>(&mut self, dir: Direction, len: u64, mark: Mark, sink: &mut S) {
         let d = dir.index();
-        if self.abandoned || self.dirs[d].ended || len == 0 {
+        if self.abandoned || self.dirs[d].ended {
             return;
         }
         if let Some(resync) = self.dirs[d].resync.as_mut() {
             // Nothing buffered can join the bytes after the gap.
             self.stats.bytes_skipped += resync.skipped();
             *resync = Resync::default();
+            return;
+        }
+        if len == 0 {
+            self.lose_sync(dir, mark, sink);
             return;
         }
         match self.dirs[d].reader.gap(len) {
