@@ -6,8 +6,9 @@
 //! notification with its token and value, a `list_changed` notification, or nothing of
 //! interest), the session named in a URL query, and the resume point of an `event: resume`
 //! acknowledgment.
-//! Invariants: no allocation and no full parse. A cheap pre-filter (the data must open an
-//! object) comes first; then one pass over the top level of the object borrows the raw values
+//! Invariants: no allocation and no full parse. Progress notifications that open as the usual
+//! SDKs write them are read by comparing those openings whole, with the same answer as the
+//! walk below gives. Otherwise a cheap pre-filter (the data must open an object) comes first; then one pass over the top level of the object borrows the raw values
 //! it needs and stops at the first member that decides, which for the usual
 //! `{"jsonrpc":"2.0","id":..,"result":..}` or `{"jsonrpc":"2.0","method":"notifications/..`
 //! is within the first few dozen bytes. Nested values are skipped with strings jumped by
@@ -323,8 +324,99 @@ fn progress_value(raw: &[u8]) -> Option<f64> {
         .filter(|v| v.is_finite())
 }
 
+/// How the progress notifications of the usual SDKs open, up to the value of `params`: with
+/// `jsonrpc` first (the Python SDK and most servers) or last (the TypeScript SDK). After
+/// either, the walk of the top level would read nothing more: the message is progress and its
+/// params are all the bytes from the value on.
+const PROGRESS_HEADS: [&[u8]; 2] = [
+    br#"{"jsonrpc":"2.0","method":"notifications/progress","params":"#,
+    br#"{"method":"notifications/progress","params":"#,
+];
+
+/// How progress params open when the token comes first, and what follows the token then.
+const TOKEN_KEY: &[u8] = br#"{"progressToken":"#;
+const PROGRESS_KEY: &[u8] = br#","progress":"#;
+
+/// The params of a message that opens with one of [`PROGRESS_HEADS`], from the first byte
+/// of their value; `None` for any other message.
+fn progress_head(data: &[u8]) -> Option<&[u8]> {
+    PROGRESS_HEADS.iter().find_map(|head| {
+        data.get(..head.len())
+            .is_some_and(|h| is(h, head))
+            .then(|| data.get(skip_ws(data, head.len())..))
+            .flatten()
+    })
+}
+
+/// The raw token and progress of params that open `{"progressToken":..,"progress":..`, the
+/// values found as [`progress_walk`] finds them; `None` for any other params,
+/// or when either value is cut.
+fn token_first(params: &[u8]) -> Option<(&[u8], &[u8])> {
+    if !params
+        .get(..TOKEN_KEY.len())
+        .is_some_and(|h| is(h, TOKEN_KEY))
+    {
+        return None;
+    }
+    let start = skip_ws(params, TOKEN_KEY.len());
+    let end = skip_value(params, start)?;
+    if !params
+        .get(end..end + PROGRESS_KEY.len())
+        .is_some_and(|k| is(k, PROGRESS_KEY))
+    {
+        return None;
+    }
+    let value_start = skip_ws(params, end + PROGRESS_KEY.len());
+    let value_end = skip_value(params, value_start)?;
+    Some((params.get(start..end)?, params.get(value_start..value_end)?))
+}
+
+/// What the params of a progress notification say: its token and value, or nothing.
+fn progress_fact(params: &[u8]) -> RpcFact<'_> {
+    match token_first(params) {
+        Some((token, value)) => progress_of(token, value),
+        None => progress_walk(params),
+    }
+}
+
+/// [`progress_fact`] by the walk of the params' members alone, for any params.
+fn progress_walk(params: &[u8]) -> RpcFact<'_> {
+    let (mut token, mut value) = (None, None);
+    let mut m = Members::new(params);
+    while let Some(k) = m.next_key() {
+        if is(k, b"progressToken") {
+            token = m.value();
+        } else if is(k, b"progress") {
+            value = m.value();
+        }
+        if token.is_some() && value.is_some() {
+            break;
+        }
+    }
+    match (token, value) {
+        (Some(token), Some(value)) => progress_of(token, value),
+        _ => RpcFact::Other,
+    }
+}
+
+/// Progress with this raw token and raw value, when the value is a finite number.
+fn progress_of<'a>(token: &'a [u8], value: &[u8]) -> RpcFact<'a> {
+    match progress_value(value) {
+        Some(progress) => RpcFact::Progress { token, progress },
+        None => RpcFact::Other,
+    }
+}
+
 /// Reads what an event's data says. `data` is the kept prefix of the data buffer.
 pub fn classify(data: &[u8]) -> RpcFact<'_> {
+    match progress_head(data) {
+        Some(params) => progress_fact(params),
+        None => classify_walk(data),
+    }
+}
+
+/// [`classify`] by the walk of the members alone, for any message.
+fn classify_walk(data: &[u8]) -> RpcFact<'_> {
     // Pre-filter: only an object can be a JSON-RPC message.
     if data.get(skip_ws(data, 0)) != Some(&b'{') {
         return RpcFact::Other;
@@ -343,28 +435,10 @@ pub fn classify(data: &[u8]) -> RpcFact<'_> {
         return RpcFact::Other;
     };
     if is(method, PROGRESS_METHOD) {
-        let Some(params) = t.params else {
-            return RpcFact::Other;
+        return match t.params {
+            Some(params) => progress_walk(params),
+            None => RpcFact::Other,
         };
-        let (mut token, mut value) = (None, None);
-        let mut m = Members::new(params);
-        while let Some(k) = m.next_key() {
-            if is(k, b"progressToken") {
-                token = m.value();
-            } else if is(k, b"progress") {
-                value = m.value();
-            }
-            if token.is_some() && value.is_some() {
-                break;
-            }
-        }
-        let (Some(token), Some(value)) = (token, value) else {
-            return RpcFact::Other;
-        };
-        let Some(progress) = progress_value(value) else {
-            return RpcFact::Other;
-        };
-        return RpcFact::Progress { token, progress };
     }
     if method.starts_with(b"notifications/") && method.ends_with(b"/list_changed") {
         return RpcFact::ListChanged { method };
@@ -490,6 +564,133 @@ mod tests {
             classify(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"list_changed"}}"#),
             RpcFact::Other
         );
+    }
+
+    /// A fact with its slice told by where it lies in `data`, not only by its bytes.
+    fn placed<'a>(data: &'a [u8], fact: RpcFact<'a>) -> (RpcFact<'a>, Option<usize>) {
+        let slice = match fact {
+            RpcFact::Response { id } | RpcFact::Request { id } => Some(id),
+            RpcFact::Progress { token, .. } => Some(token),
+            RpcFact::ListChanged { method } => Some(method),
+            RpcFact::Other => None,
+        };
+        let at = slice.map(|s| s.as_ptr() as usize - data.as_ptr() as usize);
+        (fact, at)
+    }
+
+    /// `classify` gives what the walk of the members gives, whole and cut at every byte.
+    fn assert_as_walk(data: &[u8]) {
+        for cut in (0..=data.len()).rev() {
+            let d = &data[..cut];
+            assert_eq!(
+                placed(d, classify(d)),
+                placed(d, classify_walk(d)),
+                "{:?}",
+                String::from_utf8_lossy(d)
+            );
+        }
+    }
+
+    #[test]
+    fn progress_openings_read_as_the_walk_reads_them() {
+        let heads: [&[u8]; 9] = [
+            PROGRESS_HEADS[0],
+            PROGRESS_HEADS[1],
+            br#" {"jsonrpc":"2.0","method":"notifications/progress","params":"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress", "params": "#,
+            br#"{"jsonrpc":"2.0","method":"notifications\/progress","params":"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progresses","params":"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"notifications/progress","params":"#,
+            br#"{"jsonrpc":"2.0","params":{"progressToken":0,"progress":1},"method":"notifications/progress","x":"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params"#,
+        ];
+        let tokens: [&[u8]; 9] = [
+            br#""progress-17""#,
+            br#""a\"b""#,
+            br#""a\\\\""#,
+            br#""0123456789abcdef0123456789abcdef0123""#,
+            b"17",
+            b" \"t\"",
+            b"null",
+            br#"{"a":[1,"}"]}"#,
+            br#""""#,
+        ];
+        let keys: [&[u8]; 6] = [
+            PROGRESS_KEY,
+            br#" ,"progress":"#,
+            br#","progress" :"#,
+            br#","progress": "#,
+            br#","progresss":"#,
+            br#","total":10,"progress":"#,
+        ];
+        let values: [&[u8]; 8] = [
+            b"3", b"2.5", b"-1", b"1e999", b"\"3\"", b"x", b"007", b"null",
+        ];
+        let tails: [&[u8]; 5] = [
+            br#","total":10,"message":"m"}}"#,
+            b"}}",
+            br#","progressToken":"dup"}}"#,
+            br#","progress":9}}"#,
+            b" }",
+        ];
+        for head in heads {
+            for token in tokens {
+                for key in keys {
+                    for value in values {
+                        for tail in tails {
+                            let params = [TOKEN_KEY, token, key, value, tail].concat();
+                            assert_as_walk(&[head, &params].concat());
+                            // Params in another order, or with space inside their opening.
+                            let params =
+                                [b"{ \"progressToken\":", token, key, value, tail].concat();
+                            assert_as_walk(&[head, &params].concat());
+                        }
+                    }
+                }
+            }
+        }
+        // The fast reading does happen, and finds the values.
+        let data = [
+            PROGRESS_HEADS[1],
+            TOKEN_KEY,
+            br#""t","progress":4},"jsonrpc":"2.0"}"#,
+        ]
+        .concat();
+        assert_eq!(
+            token_first(&data[PROGRESS_HEADS[1].len()..]),
+            Some((&br#""t""#[..], &b"4"[..]))
+        );
+        assert_eq!(
+            classify(&data),
+            RpcFact::Progress {
+                token: br#""t""#,
+                progress: 4.0
+            }
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_data_reads_as_the_walk_reads_it(
+            head in 0usize..3,
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "{", "}", "[", "]", "\"", "\\", ":", ",", " ", "\n", "1", "2.5", "x",
+                    "\"progressToken\"", "\"progress\"", "\"id\"", "\"result\"",
+                    "\"method\"", "\"params\"", "\"notifications/progress\"",
+                    r#"{"progressToken":"#, r#","progress":"#, r#""t-1""#,
+                ]),
+                0..24,
+            ),
+        ) {
+            let head: &[u8] = match head {
+                0 => PROGRESS_HEADS[0],
+                1 => PROGRESS_HEADS[1],
+                _ => b"{",
+            };
+            let data = [head, parts.concat().as_bytes()].concat();
+            assert_as_walk(&data);
+        }
     }
 
     #[test]

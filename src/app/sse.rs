@@ -512,7 +512,11 @@ impl SseParser {
     /// feed, in the `Value` state.
     #[inline]
     fn value_run<'b>(&mut self, field: Field, rest: &'b [u8]) -> &'b [u8] {
-        match split_line_end(rest) {
+        let split = match field {
+            Field::Data => split_long_line_end(rest),
+            _ => split_line_end(rest),
+        };
+        match split {
             None => {
                 self.value_bytes(field, rest);
                 self.line = LineState::Value(field);
@@ -784,6 +788,16 @@ fn find_line_end(bytes: &[u8]) -> Option<usize> {
 #[inline]
 fn split_line_end(bytes: &[u8]) -> Option<(&[u8], u8, &[u8])> {
     let at = find_line_end(bytes)?;
+    let (content, after) = bytes.split_at(at);
+    let (&stop, after) = after.split_first()?;
+    Some((content, stop, after))
+}
+
+/// As [`split_line_end`], searched by memchr2 from the start: for data lines, which mostly run
+/// past the few words [`find_line_end`] looks at first.
+#[inline]
+fn split_long_line_end(bytes: &[u8]) -> Option<(&[u8], u8, &[u8])> {
+    let at = memchr2(b'\r', b'\n', bytes)?;
     let (content, after) = bytes.split_at(at);
     let (&stop, after) = after.split_first()?;
     Some((content, stop, after))
@@ -1418,6 +1432,11 @@ mod tests {
                         }
                         let want = bytes.iter().position(|&b| b == b'\r' || b == b'\n');
                         assert_eq!(find_line_end(&bytes), want, "len {len} at {at}");
+                        assert_eq!(
+                            split_long_line_end(&bytes),
+                            split_line_end(&bytes),
+                            "len {len} at {at}"
+                        );
                     }
                 }
             }
