@@ -8,8 +8,9 @@
 //! acknowledgment.
 //! Invariants: no allocation and no full parse. Progress notifications that open as the usual
 //! SDKs write them are read by comparing those openings whole, with the same answer as the
-//! walk below gives. Otherwise a cheap pre-filter (the data must open an object) comes first; then one pass over the top level of the object borrows the raw values
-//! it needs and stops at the first member that decides, which for the usual
+//! walk below gives. Otherwise a cheap pre-filter (the data must open an object) comes
+//! first; then one pass over the top level of the object borrows the raw values it needs
+//! and stops at the first member that decides, which for the usual
 //! `{"jsonrpc":"2.0","id":..,"result":..}` or `{"jsonrpc":"2.0","method":"notifications/..`
 //! is within the first few dozen bytes. Nested values are skipped with strings jumped by
 //! memchr; no serde parse runs on this path. A value cut by the end of the kept prefix is
