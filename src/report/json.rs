@@ -44,11 +44,25 @@ fn word_may_escape(w: u64) -> bool {
     (below_space | quote | backslash) & HIGHS != 0
 }
 
+/// True when some byte of `bytes` needs escaping. Every byte is looked at, with no early
+/// exit, so that the loop runs on vector registers: the report's strings are short and
+/// nearly always plain.
+fn any_escape(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |acc, &b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
 /// `s` as a JSON string.
 pub fn str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    if !any_escape(bytes) {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
@@ -205,27 +219,55 @@ pub fn time(out: &mut Vec<u8>, time_ns: i64) {
     out.push(b'"');
 }
 
-/// The decimal digits of one octet.
-fn octet(out: &mut Vec<u8>, n: u8) {
+/// Writes the decimal digits of one octet at `at` in `buf`; returns where they end.
+fn octet_at(buf: &mut [u8; 24], at: usize, n: u8) -> usize {
     if n >= 100 {
-        out.extend_from_slice(&[b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10]);
+        buf[at] = b'0' + n / 100;
+        buf[at + 1] = b'0' + n / 10 % 10;
+        buf[at + 2] = b'0' + n % 10;
+        at + 3
     } else if n >= 10 {
-        out.extend_from_slice(&[b'0' + n / 10, b'0' + n % 10]);
+        buf[at] = b'0' + n / 10;
+        buf[at + 1] = b'0' + n % 10;
+        at + 2
     } else {
-        out.push(b'0' + n);
+        buf[at] = b'0' + n;
+        at + 1
     }
+}
+
+/// The dotted text of an IPv4 address (as its `Display` writes it) in `buf`, then `:port`
+/// when given; returns the length written. The longest, `255.255.255.255:65535`, is 21 bytes.
+fn ipv4_into(buf: &mut [u8; 24], ip: Ipv4Addr, port: Option<u16>) -> usize {
+    let [a, b, c, d] = ip.octets();
+    let mut at = octet_at(buf, 0, a);
+    for n in [b, c, d] {
+        buf[at] = b'.';
+        at = octet_at(buf, at + 1, n);
+    }
+    if let Some(mut p) = port {
+        buf[at] = b':';
+        let digits = match p {
+            0..=9 => 1,
+            10..=99 => 2,
+            100..=999 => 3,
+            1000..=9999 => 4,
+            _ => 5,
+        };
+        at += digits + 1;
+        for i in 0..digits {
+            buf[at - 1 - i] = b'0' + (p % 10) as u8;
+            p /= 10;
+        }
+    }
+    at
 }
 
 /// The dotted text of an IPv4 address, as its `Display` writes it.
 fn ipv4_text(out: &mut Vec<u8>, ip: Ipv4Addr) {
-    let [a, b, c, d] = ip.octets();
-    octet(out, a);
-    out.push(b'.');
-    octet(out, b);
-    out.push(b'.');
-    octet(out, c);
-    out.push(b'.');
-    octet(out, d);
+    let mut buf = [0u8; 24];
+    let n = ipv4_into(&mut buf, ip, None);
+    out.extend_from_slice(&buf[..n]);
 }
 
 /// An address as a JSON string of its `Display` text.
@@ -246,9 +288,9 @@ pub fn endpoint(out: &mut Vec<u8>, e: Endpoint) {
     out.push(b'"');
     match e.ip {
         IpAddr::V4(v4) => {
-            ipv4_text(out, v4);
-            out.push(b':');
-            u64(out, u64::from(e.port));
+            let mut buf = [0u8; 24];
+            let n = ipv4_into(&mut buf, v4, Some(e.port));
+            out.extend_from_slice(&buf[..n]);
         }
         // Writing to memory cannot fail.
         IpAddr::V6(_) => {
