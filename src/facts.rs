@@ -29,6 +29,7 @@ use crate::driver::InputStats;
 use crate::exchange::{
     ConnectionRef, ContentFact, ContentKind, DupId, ExchangeSummary, HeadTail, IdFact, IdSeen,
     ListChangedFact, ProgressAt, ProgressTrack, ResumeRecord, ShapeTally, StreamSummary, TlsInfo,
+    held_stream,
 };
 use crate::net::decode::Endpoint;
 use crate::record::{BodyEnd, Mark};
@@ -616,11 +617,13 @@ impl XSummary {
             response: x.response.map(m),
             event_stream: x.event_stream,
             end: x.end.map(|(e, k)| (e, m(k))),
-            stream: x.stream.as_deref().map(XStream::of),
+            stream: x.stream().map(XStream::of),
             opens_session: x.opens_session,
         }
     }
     fn back(self) -> Result<ExchangeSummary, String> {
+        let (stream_facts, stream_empty) =
+            held_stream(self.stream.map(|s| s.back().map(Box::new)).transpose()?);
         Ok(ExchangeSummary {
             connection: self.connection.back()?,
             exchange: self.exchange,
@@ -634,7 +637,8 @@ impl XSummary {
             response: self.response.map(um),
             event_stream: self.event_stream,
             end: self.end.map(|(e, k)| (e, um(k))),
-            stream: self.stream.map(|s| s.back().map(Box::new)).transpose()?,
+            stream_facts,
+            stream_empty,
             opens_session: self.opens_session,
         })
     }

@@ -490,7 +490,7 @@ fn view_faults(reports: &[InputReport]) -> Vec<String> {
         for v in &rep.views {
             for x in &v.exchanges {
                 let lost_sync = matches!(x.end, Some((BodyEnd::LostSync, _)));
-                if lost_sync && x.stream.as_deref().is_some_and(|s| s.gaps == 0) {
+                if lost_sync && x.stream().is_some_and(|s| s.gaps == 0) {
                     bad.push(format!(
                         "session {}: a stream that lost sync shows no gap",
                         v.session_id

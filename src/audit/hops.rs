@@ -157,7 +157,7 @@ fn relays(outer: &ExchangeSummary, inner: &ExchangeSummary) -> bool {
 
 /// Both answers begin with the same event id, or with the same event content.
 fn same_start(a: &ExchangeSummary, b: &ExchangeSummary) -> bool {
-    let (Some(sa), Some(sb)) = (a.stream.as_deref(), b.stream.as_deref()) else {
+    let (Some(sa), Some(sb)) = (a.stream(), b.stream()) else {
         return false;
     };
     match (&sa.first_id, &sb.first_id) {
@@ -174,7 +174,7 @@ fn same_start(a: &ExchangeSummary, b: &ExchangeSummary) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{ConnectionRef, IdSeen, StreamSummary};
+    use crate::exchange::{ConnectionRef, IdSeen, StreamSummary, held_stream};
     use crate::record::Mark;
 
     fn at(ip: [u8; 4], port: u16) -> Endpoint {
@@ -196,6 +196,16 @@ mod tests {
         first: Option<&str>,
     ) -> ExchangeSummary {
         let mark = |f: u64| Mark::new(f, f as i64 * 1000);
+        let (stream_facts, stream_empty) = held_stream(first.map(|id| {
+            Box::new(StreamSummary {
+                first_id: Some(IdSeen {
+                    text: id.into(),
+                    mark: Mark::default(),
+                    id_index: 0,
+                }),
+                ..Default::default()
+            })
+        }));
         ExchangeSummary {
             connection: ConnectionRef {
                 tcp_stream: Some(conn),
@@ -214,16 +224,8 @@ mod tests {
             response: resp.map(mark),
             event_stream: true,
             end: None,
-            stream: first.map(|id| {
-                Box::new(StreamSummary {
-                    first_id: Some(IdSeen {
-                        text: id.into(),
-                        mark: Mark::default(),
-                        id_index: 0,
-                    }),
-                    ..Default::default()
-                })
-            }),
+            stream_facts,
+            stream_empty,
             opens_session: false,
         }
     }

@@ -395,7 +395,7 @@ fn total_shapes(shapes: &mut Vec<ShapeTotal<'_>>) {
 /// HAR body not proven whole. A captured stream still open when the capture ended lost
 /// nothing before that end.
 fn lost_bytes(x: &ExchangeSummary) -> bool {
-    x.stream.as_deref().is_some_and(|s| s.gaps > 0)
+    x.stream().is_some_and(|s| s.gaps > 0)
         || matches!(x.end, Some((BodyEnd::LostSync, _)))
         || x.request.is_none()
         || x.response.is_none()
@@ -432,7 +432,7 @@ impl<'a> SessionIndex<'a> {
             if xs[i].opens_session {
                 ix.starts.push(i);
             }
-            let Some(s) = xs[i].stream.as_deref() else {
+            let Some(s) = xs[i].stream() else {
                 continue;
             };
             for c in s.content.iter() {
@@ -596,7 +596,7 @@ pub const MAX_CROSS_IDS: usize = 1 << 18;
 
 impl CrossIndex {
     fn add(&mut self, x: &ExchangeSummary, session: &Arc<str>) {
-        let Some(s) = x.stream.as_deref() else {
+        let Some(s) = x.stream() else {
             return;
         };
         for f in s.id_facts.iter() {
@@ -965,7 +965,7 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
         + text(&x.target)
         + text(&x.last_event_id)
         + text(&x.protocol_version);
-    if let Some(s) = x.stream.as_deref() {
+    if let Some(s) = x.stream() {
         n += HELD_STREAM
             + s.id_facts.iter().count() * size_of::<IdFact>()
             + s.id_facts
@@ -1277,7 +1277,7 @@ fn decide_structured(last_seq: &str, first_seq: &str, prefix: &str, suffix: &str
 }
 
 fn stream_of(xs: &[ExchangeSummary], i: usize) -> Option<&StreamSummary> {
-    xs.get(i).and_then(|x| x.stream.as_deref())
+    xs.get(i).and_then(|x| x.stream())
 }
 
 /// The deliveries of `Last-Event-ID` the client's cursor stands on: the latest delivery of it
@@ -1690,7 +1690,7 @@ fn audit_resume<'a>(
     let x = &xs[xi];
     let req = r.request;
     let links = lineage(xs, ix, xi, &r.last_event_id, req.frame);
-    let stream = x.stream.as_deref();
+    let stream = x.stream();
     let resumed_ids: Vec<&IdFact> = stream
         .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
         .unwrap_or_default();
@@ -2095,7 +2095,7 @@ fn symptoms(
     findings: &mut Vec<Finding>,
 ) {
     let x = &xs[xi];
-    let Some(s) = x.stream.as_deref() else { return };
+    let Some(s) = x.stream() else { return };
     let make = |kind, severity, detail: String, id: Option<String>, cites: Vec<Cite>| Finding {
         kind,
         severity,
@@ -2339,10 +2339,10 @@ fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Find
         if !joins {
             continue;
         }
-        if let Some(s) = x.stream.as_deref() {
+        if let Some(s) = x.stream() {
             lineage.extend(s.id_facts.iter().map(|f| f.hash));
         }
-        let delivered = x.stream.as_deref().and_then(|s| s.last_id.as_ref());
+        let delivered = x.stream().and_then(|s| s.last_id.as_ref());
         held = match (delivered, &x.last_event_id) {
             (Some(l), _) => Some(Held {
                 at: i,
@@ -2473,7 +2473,7 @@ fn view(
         .map(|&i| {
             let mut x = xs[i].clone();
             // The view shows counts and ends, not the facts behind the checks.
-            if let Some(s) = x.stream.as_deref_mut() {
+            if let Some(s) = x.stream_mut() {
                 s.id_facts = Default::default();
                 s.content = Default::default();
             }
@@ -2516,6 +2516,21 @@ mod tests {
         assert!(HELD_EXCHANGE >= std::mem::size_of::<ExchangeSummary>());
         assert!(HELD_STREAM >= std::mem::size_of::<StreamSummary>());
         assert!(HELD_RESUME >= std::mem::size_of::<ResumeRecord>());
+    }
+
+    #[test]
+    fn an_empty_stream_held_without_its_summary_counts_as_one_held_with_it() {
+        let mut cap = Cap::default();
+        cap.ex("GET", "s", Some("4"), 200, &[]);
+        cap.ex("GET", "s", Some("4"), 200, &[("5", "x")]);
+        let (empty, full) = (&cap.xs[0], &cap.xs[1]);
+        assert!(empty.stream_empty && empty.stream_facts.is_none());
+        assert!(!full.stream_empty && full.stream_facts.is_some());
+        let mut boxed = empty.clone();
+        (boxed.stream_facts, boxed.stream_empty) = (Some(Box::default()), false);
+        assert_eq!(boxed.stream(), empty.stream());
+        assert_eq!(held_bytes(&boxed, None), held_bytes(empty, None));
+        assert!(held_bytes(full, None) > held_bytes(empty, None));
     }
 
     /// A capture built exchange by exchange: each on its own connection, frames in order.

@@ -343,6 +343,50 @@ pub struct StreamSummary {
     pub facts_dropped: u64,
 }
 
+/// The facts of a stream that carried nothing: no event, id, gap or fact of any kind (an
+/// empty `200` of a reconnect loop).
+pub static EMPTY_STREAM: StreamSummary = StreamSummary {
+    events: 0,
+    ids: 0,
+    priming: 0,
+    first_id: None,
+    last_id: None,
+    max_int_id: None,
+    id_facts: HeadTail {
+        head: Vec::new(),
+        tail: VecDeque::new(),
+        dropped: 0,
+    },
+    content: HeadTail {
+        head: Vec::new(),
+        tail: VecDeque::new(),
+        dropped: 0,
+    },
+    progress: Vec::new(),
+    list_changed: Vec::new(),
+    retry: Vec::new(),
+    resume_ack: None,
+    shapes: Vec::new(),
+    keys: Vec::new(),
+    dup_ids: Vec::new(),
+    gaps: 0,
+    endpoint_session: None,
+    facts_dropped: 0,
+};
+
+impl StreamSummary {
+    /// True when the summary says nothing [`EMPTY_STREAM`] does not, down to the room its
+    /// lists hold (which the session stage's memory budget counts).
+    pub fn is_empty(&self) -> bool {
+        self == &EMPTY_STREAM
+            && self.progress.capacity() == 0
+            && self.list_changed.capacity() == 0
+            && self.retry.capacity() == 0
+            && self.shapes.capacity() == 0
+            && self.keys.capacity() == 0
+    }
+}
+
 /// One exchange, as the session stage needs it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExchangeSummary {
@@ -359,13 +403,41 @@ pub struct ExchangeSummary {
     pub response: Option<Mark>,
     pub event_stream: bool,
     pub end: Option<(BodyEnd, Mark)>,
-    pub stream: Option<Box<StreamSummary>>,
+    /// The stream's facts, unless it carried nothing; read them with
+    /// [`ExchangeSummary::stream`], made by [`held_stream`].
+    pub stream_facts: Option<Box<StreamSummary>>,
+    /// The stream carried nothing: its facts are [`EMPTY_STREAM`], and not held.
+    pub stream_empty: bool,
     /// The exchange began its session: the answer named a session that the request did not
     /// (an `initialize`), or the stream's `endpoint` event did (the 2024-11-05 transport).
     pub opens_session: bool,
 }
 
+/// How the session stage holds the facts of an exchange's stream: a stream that carried
+/// nothing ([`StreamSummary::is_empty`]: every answer of a reconnect loop) keeps no summary of
+/// its own, and reads as [`EMPTY_STREAM`]. Gives [`ExchangeSummary::stream_facts`] and
+/// [`ExchangeSummary::stream_empty`].
+pub fn held_stream(summary: Option<Box<StreamSummary>>) -> (Option<Box<StreamSummary>>, bool) {
+    match summary {
+        Some(s) if s.is_empty() => (None, true),
+        other => (other, false),
+    }
+}
+
 impl ExchangeSummary {
+    /// The stream's facts, if any were kept.
+    pub fn stream(&self) -> Option<&StreamSummary> {
+        match &self.stream_facts {
+            Some(s) => Some(s),
+            None => self.stream_empty.then_some(&EMPTY_STREAM),
+        }
+    }
+
+    /// The stream's facts to change, when it has any beyond [`EMPTY_STREAM`].
+    pub fn stream_mut(&mut self) -> Option<&mut StreamSummary> {
+        self.stream_facts.as_deref_mut()
+    }
+
     /// Where the exchange begins in the capture.
     pub fn start(&self) -> Mark {
         self.request.or(self.response).unwrap_or_default()
@@ -745,6 +817,7 @@ impl ExchangeTracker {
             Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
             None => (None, None, None, None),
         };
+        let (stream_facts, stream_empty) = held_stream(summary);
         self.summaries.push(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
@@ -758,7 +831,8 @@ impl ExchangeTracker {
             response: response.as_ref().map(|r| r.first),
             event_stream,
             end,
-            stream: summary,
+            stream_facts,
+            stream_empty,
             opens_session,
         });
     }
@@ -1912,6 +1986,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_summary_with_nothing_in_it_is_held_as_empty() {
+        assert_eq!(held_stream(None), (None, false));
+        assert_eq!(held_stream(Some(Box::default())), (None, true));
+        let changed: [fn(&mut StreamSummary); 6] = [
+            |s| s.events = 1,
+            |s| s.gaps = 1,
+            |s| s.facts_dropped = 1,
+            |s| s.endpoint_session = Some(String::new()),
+            // Room the session stage's budget counts, though the list holds nothing.
+            |s| s.keys.reserve(1),
+            |s| s.progress.reserve(1),
+        ];
+        for change in changed {
+            let mut s = StreamSummary::default();
+            change(&mut s);
+            // A clone would not keep the room reserved.
+            let want = s.clone();
+            let (facts, empty) = held_stream(Some(Box::new(s)));
+            assert!(!empty, "{want:?}");
+            assert_eq!(facts.as_deref(), Some(&want));
+        }
+    }
+
+    #[test]
     fn cut_text_keeps_the_first_characters_of_any_bytes() {
         let by_chars =
             |b: &[u8]| -> String { String::from_utf8_lossy(b).chars().take(MAX_TEXT).collect() };
@@ -1980,7 +2078,7 @@ mod tests {
         let strip = |_: Mark| Mark::default();
         let mut x = x;
         for e in &mut x {
-            if let Some(s) = e.stream.as_deref_mut() {
+            if let Some(s) = e.stream_mut() {
                 let clean = |f: &mut IdSeen| f.mark = strip(f.mark);
                 s.first_id.as_mut().map(clean);
                 s.last_id.as_mut().map(clean);
@@ -2109,7 +2207,7 @@ mod tests {
         assert!(r.priming_ack.is_some());
         assert_eq!(r.resume_ack.as_ref().map(|a| a.0.as_str()), Some("7"));
         assert_eq!(r.retry.iter().map(|x| x.0).collect::<Vec<_>>(), [500, 3000]);
-        let s = x[0].stream.as_deref().unwrap();
+        let s = x[0].stream().unwrap();
         assert_eq!(s.events, 55);
         assert_eq!(s.priming, 1);
         assert_eq!(s.first_id.as_ref().unwrap().text, "7");
@@ -2181,7 +2279,7 @@ mod tests {
         let events: Vec<(u32, u64)> = t
             .summaries
             .iter()
-            .map(|x| (x.exchange, x.stream.as_ref().map_or(0, |s| s.events)))
+            .map(|x| (x.exchange, x.stream().map_or(0, |s| s.events)))
             .collect();
         assert_eq!(events, [(1, 1), (0, 1), (2, 0)]);
     }
@@ -2194,18 +2292,18 @@ mod tests {
             &[],
             Some("7"),
         );
-        let s = x[0].stream.as_deref().unwrap();
+        let s = x[0].stream().unwrap();
         assert!(s.dup_ids.is_empty());
         assert_eq!(s.last_id.as_ref().unwrap().text, "10");
         assert_eq!(s.last_id.as_ref().unwrap().id_index, 2);
         // "08" and "8" are different ids with one value; the last id is quoted as sent.
         let (_, x) = exchange(b"id: 8\ndata: a\n\nid: 08\ndata: b\n\n", &[], Some("7"));
-        let s = x[0].stream.as_deref().unwrap();
+        let s = x[0].stream().unwrap();
         assert!(s.dup_ids.is_empty());
         assert_eq!(s.last_id.as_ref().unwrap().text, "08");
         // A canonical integer after a text id replaces it as the last id.
         let (_, x) = exchange(b"id: a-1\ndata: a\n\nid: 12\ndata: b\n\n", &[], Some("7"));
-        let s = x[0].stream.as_deref().unwrap();
+        let s = x[0].stream().unwrap();
         assert_eq!(s.last_id.as_ref().unwrap().text, "12");
         assert_eq!(s.last_id.as_ref().unwrap().mark, Mark::new(3, 30));
         // Ids that stop rising: each repeat after its previous delivery, in stream order,
@@ -2215,7 +2313,7 @@ mod tests {
         // One frame per byte, so that every event has its own mark.
         let cuts: Vec<usize> = (1..body.len()).collect();
         let (_, x) = exchange(body, &cuts, Some("7"));
-        let s = x[0].stream.as_deref().unwrap();
+        let s = x[0].stream().unwrap();
         let texts: Vec<&str> = s.dup_ids.iter().map(|d| d.text.as_str()).collect();
         assert_eq!(texts, ["9", "8", "9", "x"]);
         assert!(s.dup_ids.iter().all(|d| d.first.frame < d.again.frame));
@@ -2229,7 +2327,7 @@ mod tests {
         assert_eq!(r[0].first_event_id.as_deref(), Some("8"));
         assert_eq!(r[0].decision.verdict, Verdict::Correct);
         assert!(r[0].priming_ack.is_none());
-        assert!(x[0].stream.as_deref().unwrap().dup_ids.is_empty());
+        assert!(x[0].stream().unwrap().dup_ids.is_empty());
         // Only the priming acknowledgment and nothing after it: still no id delivered.
         let (r, _) = exchange(b"id: 7\ndata:\n\n", &[], Some("7"));
         assert_eq!(r[0].decision.verdict, Verdict::Empty);
@@ -2264,7 +2362,7 @@ mod tests {
             Mark::new(5, 0),
         );
         t.body_end(0, BodyEnd::Complete, Mark::new(6, 0));
-        let s = t.summaries[0].stream.as_deref().unwrap();
+        let s = t.summaries[0].stream().unwrap();
         assert_eq!(s.shapes.len(), 1);
         let tally = &s.shapes[0];
         assert_eq!((tally.prefix.as_str(), tally.suffix.as_str()), ("Ab_", ""));

@@ -870,7 +870,7 @@ fn exchange_line(x: &ExchangeSummary) -> ExchangeLine<'_> {
         request: x.request.map(|m| at("request", m)),
         response: x.response.map(|m| at("response", m)),
         end: body_end_name(x.end.map(|e| e.0)),
-        stream: x.stream.as_deref().map(|s| StreamLine {
+        stream: x.stream().map(|s| StreamLine {
             events: s.events,
             ids: s.ids,
             priming: s.priming,
