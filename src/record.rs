@@ -99,6 +99,11 @@ pub trait StreamSink {
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark);
     /// `dir` is over: closed, reset, or the capture ended.
     fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark);
+    /// The next bytes of `dir` are given ahead of bytes of the other direction that they
+    /// acknowledge and the capture has not shown (so far): the peer acknowledged them, so the
+    /// capture may never show them, or may still, later. Whatever the other direction sent
+    /// there (a request, for an answer) may be missing.
+    fn ahead_of_peer(&mut self, _dir: Direction, _mark: Mark) {}
 }
 
 /// A parsed HTTP/1.x request head: only the facts later stages use, owned.

@@ -235,6 +235,15 @@ impl HttpConnection {
         }
     }
 
+    /// The next bytes of `dir` were sent after bytes of the other direction that the capture
+    /// has not shown: when `dir` answers, a request may be missing before what follows, and
+    /// an answer after it is paired as after a lost request.
+    pub fn ahead_of_peer(&mut self, dir: Direction) {
+        if self.expected_kind(dir.index()) == Some(MessageKind::Response) {
+            self.push_pending(Pending::Lost);
+        }
+    }
+
     /// `dir` ended: a body still open ends with `BodyEnd::Stream(how)`.
     pub fn end<S: HttpSink>(&mut self, dir: Direction, how: StreamEnd, mark: Mark, sink: &mut S) {
         if self.abandoned {
@@ -1618,6 +1627,7 @@ mod tests {
                 },
                 Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
                 Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
+                Step::Ahead(dir) => conn.ahead_of_peer(*dir),
             }
         }
         Outcome {
@@ -2596,6 +2606,36 @@ mod tests {
             "{events:?}"
         );
         assert!(!events.iter().any(|e| e == "resp 0 200"), "{events:?}");
+    }
+
+    #[test]
+    fn an_answer_ahead_of_request_bytes_not_captured_after_lost_answers_is_paired_with_neither() {
+        // As above, but the request bytes are not (yet) known lost: the answer acknowledges
+        // bytes of the client the capture has not shown.
+        let out = transcript(&[
+            data(C, get("/a")),
+            Step::Gap(S, 40),
+            Step::Ahead(S),
+            data(S, ok_length("x")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let events = summary(&out.events);
+        assert!(
+            events.iter().any(|e| e.contains("UnpairedResponse")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| e == "resp 0 200"), "{events:?}");
+        // A request ahead of answer bytes not captured changes nothing of the pairing.
+        let out = transcript(&[
+            data(C, get("/a")),
+            Step::Gap(S, 40),
+            Step::Ahead(C),
+            data(S, ok_length("x")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        assert!(summary(&out.events).iter().any(|e| e == "resp 0 200"));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub(crate) enum Step {
     Data(Direction, Vec<u8>),
     Gap(Direction, u64),
     End(Direction, StreamEnd),
+    /// What follows in the direction was sent after bytes of the other one not captured.
+    Ahead(Direction),
 }
 
 pub(crate) fn data(dir: Direction, bytes: impl AsRef<[u8]>) -> Step {

@@ -669,6 +669,9 @@ impl StreamSink for Bridge<'_> {
         self.ends[dir.index()] = Some(how);
         self.app.end(self.ctx, dir, how, mark, self.tracker);
     }
+    fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
+        self.app.ahead_of_peer(dir);
+    }
 }
 
 /// The connections of one shard and what they produced.

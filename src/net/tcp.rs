@@ -801,6 +801,17 @@ impl TcpConnection {
             // holes before it are given up, and so is the rest once the wait is over (a
             // segment let through early may still be followed by those bytes).
             self.halves[1 - d].settle_to(h.needs, waited_out, mark, sink);
+            let other = &self.halves[1 - d];
+            if other.next < h.needs && !other.ended {
+                // Let through by the peer's acknowledgment before the wait is over, still
+                // ahead of bytes it acknowledges.
+                let dir = if d == 0 {
+                    Direction::Forward
+                } else {
+                    Direction::Reverse
+                };
+                sink.ahead_of_peer(dir, h.mark);
+            }
             let seg = TcpSegment {
                 seq: h.seq,
                 ack: 0,
@@ -885,6 +896,9 @@ mod tests {
         end_marks: [Option<Mark>; 2],
         /// The directions of the data calls, in the order they came.
         data_order: Vec<Direction>,
+        /// Each `ahead_of_peer` call: its direction, and the data bytes that direction had
+        /// been given before it.
+        ahead: Vec<(Direction, usize)>,
     }
 
     impl Recorder {
@@ -921,6 +935,17 @@ mod tests {
         fn end(&mut self, dir: Direction, how: StreamEnd, mark: Mark) {
             self.open(dir).push(Event::End(how));
             self.end_marks[dir.index()] = Some(mark);
+        }
+        fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
+            let given = self
+                .of(dir)
+                .iter()
+                .map(|e| match e {
+                    Event::Data(d) => d.len(),
+                    _ => 0,
+                })
+                .sum();
+            self.ahead.push((dir, given));
         }
     }
 
@@ -1500,6 +1525,29 @@ mod tests {
             [data(b"first"), Event::Gap(5), data(b"second")]
         );
         assert_eq!(w.rec.data_order, [Reverse, Forward, Reverse, Forward]);
+    }
+
+    #[test]
+    fn an_answer_let_through_by_its_acknowledgment_says_it_is_ahead_of_what_it_answers() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        // The answer acknowledges three bytes of the client the capture lacks: it waits.
+        w.send(Forward, 1001, 5004, "A", b"answer");
+        assert_eq!(w.rec.of(Forward), []);
+        // The client acknowledges the answer before the wait is over: the answer was
+        // received, so it goes through, said to be ahead of the bytes it answers.
+        w.send(Reverse, 5004, 1007, "A", b"");
+        assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        assert_eq!(w.rec.ahead, [(Forward, 0)]);
+        // Those bytes are given up only once the wait is over: they may still come.
+        w.send(Reverse, 5004, 1007, "A", b"ask-it");
+        assert_eq!(w.rec.of(Reverse), []);
+        w.wait();
+        assert_eq!(w.rec.of(Reverse), [Event::Gap(3), data(b"ask-it")]);
+        // An answer to bytes the capture shows is ahead of nothing.
+        w.send(Forward, 1007, 5010, "A", b"second");
+        assert_eq!(w.rec.of(Forward), [data(b"answersecond")]);
+        assert_eq!(w.rec.ahead, [(Forward, 0)]);
     }
 
     #[test]

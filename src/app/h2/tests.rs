@@ -66,6 +66,7 @@ fn run(limits: &Limits, start: Start, steps: &[Step], split: Split) -> Outcome {
             },
             Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
             Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
+            Step::Ahead(_) => {}
         }
     }
     Outcome {
