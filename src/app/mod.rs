@@ -276,8 +276,9 @@ impl AppStack {
     /// The next bytes of `dir` come ahead of bytes of the other direction the capture has not
     /// shown ([`crate::record::StreamSink::ahead_of_peer`]). Over HTTP/1 an answer may then
     /// follow a request the capture lacks, and is paired with no request it may not answer.
-    /// HTTP/2 pairs by stream id, and TLS records carry no such position, so only plaintext
-    /// HTTP/1 takes it.
+    /// HTTP/2 pairs by stream id. Under TLS the plaintext given next may come from a record
+    /// begun in earlier segments, sent before those bytes, so it is not passed on: only
+    /// plaintext HTTP/1 takes it.
     pub fn ahead_of_peer(&mut self, dir: Direction) {
         if let AppStack::Http1(h) = self {
             h.ahead_of_peer(dir);

@@ -805,12 +805,7 @@ impl TcpConnection {
             if other.next < h.needs && !other.ended {
                 // Let through by the peer's acknowledgment before the wait is over, still
                 // ahead of bytes it acknowledges.
-                let dir = if d == 0 {
-                    Direction::Forward
-                } else {
-                    Direction::Reverse
-                };
-                sink.ahead_of_peer(dir, h.mark);
+                sink.ahead_of_peer(self.halves[d].dir, h.mark);
             }
             let seg = TcpSegment {
                 seq: h.seq,
