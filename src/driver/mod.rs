@@ -653,8 +653,10 @@ impl StreamSink for Bridge<'_> {
     fn gap(&mut self, dir: Direction, len: u64, mark: Mark) {
         self.first.get_or_insert(false);
         self.gaps[dir.index()] = true;
-        if self.app.client_direction().is_none_or(|c| c == dir) {
-            // Requests may have been lost: no session can be named for them.
+        // Requests may have been lost: no session can be named for them. So may answers of
+        // a connection that showed no exchange yet (a TLS handshake the gap broke): whatever
+        // it carried cannot be read now, nor ever tied to a session.
+        if self.app.client_direction().is_none_or(|c| c == dir) || self.tracker.exchanges == 0 {
             self.tracker.unattributed_loss = true;
         }
         self.app.gap(self.ctx, dir, len, mark, self.tracker);
