@@ -1288,7 +1288,7 @@ fn lineage<'a>(
     ix: &SessionIndex<'a>,
     resumed: usize,
     last_event_id: &str,
-    before: u64,
+    before: Mark,
 ) -> Vec<Link<'a>> {
     let mut links: Vec<Link<'a>> = Vec::new();
     let mut hash = fact_hash(&[last_event_id.as_bytes()]);
@@ -1300,7 +1300,7 @@ fn lineage<'a>(
             .get(hash)
             .iter()
             .map(|e| e.1)
-            .filter(|(i, f)| !exclude.contains(i) && f.mark.frame < before)
+            .filter(|(i, f)| !exclude.contains(i) && sent_before(&xs[*i], f.mark, before))
             .max_by_key(|(i, f)| (f.mark.frame, *i, f.event))
         else {
             break;
@@ -1311,12 +1311,21 @@ fn lineage<'a>(
         match (&up.last_event_id, up.request) {
             (Some(l), Some(req)) => {
                 hash = fact_hash(&[l.as_bytes()]);
-                before = req.frame;
+                before = req;
             }
             _ => break,
         }
     }
     links
+}
+
+/// Whether a delivery at `at` on exchange `x` came before the request at `request`, for
+/// finding where a client's cursor came from: earlier in the capture, or, in a capture (not a
+/// HAR file, whose marks are entry start times), earlier in time though recorded later. A
+/// capture host with several queues records packets out of order; their times stay true, and
+/// a delivery taken for later would make a cursor the client was given look invented.
+fn sent_before(x: &ExchangeSummary, at: Mark, request: Mark) -> bool {
+    at.frame < request.frame || (x.connection.har_entry.is_none() && at.time_ns < request.time_ns)
 }
 
 /// The delivery of `hash` the client had acknowledged, if any: on a lineage stream, at or
@@ -1689,7 +1698,7 @@ fn audit_resume<'a>(
 ) {
     let x = &xs[xi];
     let req = r.request;
-    let links = lineage(xs, ix, xi, &r.last_event_id, req.frame);
+    let links = lineage(xs, ix, xi, &r.last_event_id, req);
     let stream = x.stream();
     let resumed_ids: Vec<&IdFact> = stream
         .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
