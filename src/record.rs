@@ -104,6 +104,11 @@ pub trait StreamSink {
     /// capture may never show them, or may still, later. Whatever the other direction sent
     /// there (a request, for an answer) may be missing.
     fn ahead_of_peer(&mut self, _dir: Direction, _mark: Mark) {}
+    /// The next bytes of `dir` were held until the other direction's bytes that they
+    /// acknowledge came, and they acknowledge every byte given of it so far: they were sent
+    /// after all of it, even where the capture recorded them earlier (a capture host with
+    /// several queues records packets out of order).
+    fn after_peer(&mut self, _dir: Direction, _mark: Mark) {}
 }
 
 /// A parsed HTTP/1.x request head: only the facts later stages use, owned.

@@ -626,7 +626,11 @@ fn one_loss(
 /// - a reused client port whose old connection's client FIN and new SYN-ACK were lost (the
 ///   resume request was read into the old connection: `replayed` became `rejected`);
 /// - a TLS connection whose server handshake was lost, still open when its session was
-///   audited at the client's DELETE (the id it delivered was missed: `cursor_stale`).
+///   audited at the client's DELETE (the id it delivered was missed: `cursor_stale`);
+/// - a resume request recorded before the delivery of its Last-Event-ID (a `cursor_ahead`
+///   against a cursor the client was given);
+/// - a lost answer, and the next answer recorded before the request it acknowledges (it went
+///   to the request whose answer was lost: `replayed` became `empty`).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -638,6 +642,8 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
             &[432, 819, 870, 1072, 1319][..],
         ),
         ("tls-real/py-tls13-chacha20.pcap", Loss::Drop, &[631]),
+        ("real/rmcp.pcap", Loss::Reorder, &[1148]),
+        ("real/rmcp.pcap", Loss::Mixed, &[437, 805, 879, 980]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

@@ -78,6 +78,9 @@ pub struct HttpConnection {
     /// The server direction lost framing since the last delivered response: responses may
     /// have been lost, so FIFO pairing cannot be trusted.
     responses_lost: bool,
+    /// The newest request that the server's bytes since given are known to acknowledge:
+    /// it and every earlier one were made before those bytes, whatever their frames.
+    acknowledged: Option<u32>,
     /// A `101 Switching Protocols` to `h2c` answered this exchange: the connection goes on
     /// as HTTP/2, the exchange as its stream 1.
     switched_to_h2c: Option<u32>,
@@ -111,6 +114,7 @@ impl HttpConnection {
             pending,
             next_exchange: 0,
             responses_lost: !from_start,
+            acknowledged: None,
             switched_to_h2c: None,
         }
     }
@@ -241,6 +245,18 @@ impl HttpConnection {
     pub fn ahead_of_peer(&mut self, dir: Direction) {
         if self.expected_kind(dir.index()) == Some(MessageKind::Response) {
             self.push_pending(Pending::Lost);
+        }
+    }
+
+    /// The next bytes of `dir` were sent after every byte the other direction gave so far:
+    /// when `dir` answers, every request given so far was made before what follows, even one
+    /// the capture recorded after it.
+    pub fn after_peer(&mut self, dir: Direction) {
+        if self.expected_kind(dir.index()) == Some(MessageKind::Response) {
+            self.acknowledged = self.pending.iter().rev().find_map(|entry| match entry {
+                Pending::Request(r) => Some(r.exchange),
+                Pending::Lost => None,
+            });
         }
     }
 
@@ -842,8 +858,11 @@ impl HttpConnection {
             }
             return (self.allocate_exchange(), None);
         }
+        let acknowledged = self.acknowledged;
         let newest_before = self.pending.iter().rposition(|entry| {
-            matches!(entry, Pending::Request(r) if r.complete.frame <= response_first.frame)
+            matches!(entry, Pending::Request(r)
+                if r.complete.frame <= response_first.frame
+                    || acknowledged.is_some_and(|a| r.exchange <= a))
         });
         if let Some(index) = newest_before
             && let Some(Pending::Request(request)) = self.pending.get(index).copied()
@@ -1603,8 +1622,15 @@ mod tests {
             Split::Random(seed) => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             _ => 1,
         });
+        let mut recorded_at: Option<(Direction, u64)> = None;
         for (i, step) in steps.iter().enumerate() {
-            let mark = mark_of(i);
+            let mut mark = mark_of(i);
+            if let (Step::Data(dir, _), Some((d, frame))) = (step, recorded_at)
+                && *dir == d
+            {
+                mark = Mark::new(frame, i64::try_from(frame).unwrap_or(0) * 1_000);
+                recorded_at = None;
+            }
             match step {
                 Step::Data(dir, bytes) => match split {
                     Split::Whole => {
@@ -1628,6 +1654,12 @@ mod tests {
                 Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
                 Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
                 Step::Ahead(dir) => conn.ahead_of_peer(*dir),
+                Step::Late(dir, frame, after) => {
+                    if *after {
+                        conn.after_peer(*dir);
+                    }
+                    recorded_at = Some((*dir, *frame));
+                }
             }
         }
         Outcome {
@@ -2625,6 +2657,29 @@ mod tests {
             ]);
             let out = transcript(&steps);
             assert!(summary(&out.events).iter().any(|e| e == "resp 0 200"));
+        }
+    }
+
+    #[test]
+    fn an_answer_sent_after_a_request_recorded_later_may_answer_it() {
+        // The answer to GET /b was lost at a message boundary; GET /c went out, and the
+        // next answer, which acknowledges it, was recorded before it (with GET /b). Sent
+        // after GET /c, it answers GET /c, and GET /b has no captured answer. Without the
+        // acknowledgment, the frames put it before GET /c: it goes to GET /b.
+        for (after, answered) in [(true, "resp 2 200"), (false, "resp 1 200")] {
+            let steps = [
+                data(C, get("/a")),
+                data(S, ok_length("x")),
+                Step::Gap(S, 40),
+                data(C, get("/b")),
+                data(C, get("/c")),
+                Step::Late(S, 4, after),
+                data(S, ok_length("y")),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ];
+            let events = summary(&transcript(&steps).events);
+            assert!(events.iter().any(|e| e == answered), "{after}: {events:?}");
         }
     }
 

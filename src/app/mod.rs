@@ -285,6 +285,16 @@ impl AppStack {
         }
     }
 
+    /// The next bytes of `dir` were sent after every byte of the other direction given so
+    /// far ([`crate::record::StreamSink::after_peer`]): over HTTP/1 an answer there may answer
+    /// any request given before, whatever its frame. Plaintext HTTP/1 only, as for
+    /// [`AppStack::ahead_of_peer`].
+    pub fn after_peer(&mut self, dir: Direction) {
+        if let AppStack::Http1(h) = self {
+            h.after_peer(dir);
+        }
+    }
+
     pub fn gap<S: HttpSink>(
         &mut self,
         ctx: AppCtx<'_>,

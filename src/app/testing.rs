@@ -60,6 +60,9 @@ pub(crate) enum Step {
     End(Direction, StreamEnd),
     /// What follows in the direction was sent after bytes of the other one not captured.
     Ahead(Direction),
+    /// The direction's next data was recorded at the frame given (earlier than its place);
+    /// `true`: it was sent after every byte of the other direction given so far.
+    Late(Direction, u64, bool),
 }
 
 pub(crate) fn data(dir: Direction, bytes: impl AsRef<[u8]>) -> Step {

@@ -671,6 +671,9 @@ impl StreamSink for Bridge<'_> {
         self.ends[dir.index()] = Some(how);
         self.app.end(self.ctx, dir, how, mark, self.tracker);
     }
+    fn after_peer(&mut self, dir: Direction, _mark: Mark) {
+        self.app.after_peer(dir);
+    }
     fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
         self.app.ahead_of_peer(dir);
     }

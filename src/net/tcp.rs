@@ -806,6 +806,8 @@ impl TcpConnection {
                 // Let through by the peer's acknowledgment before the wait is over, still
                 // ahead of bytes it acknowledges.
                 sink.ahead_of_peer(self.halves[d].dir, h.mark);
+            } else if h.needs > 0 && other.next == h.needs {
+                sink.after_peer(self.halves[d].dir, h.mark);
             }
             let seg = TcpSegment {
                 seq: h.seq,
@@ -894,11 +896,23 @@ mod tests {
         /// Each `ahead_of_peer` call: its direction, and the data bytes that direction had
         /// been given before it.
         ahead: Vec<(Direction, usize)>,
+        /// Each `after_peer` call: its direction, and the data bytes the other direction had
+        /// been given before it.
+        after: Vec<(Direction, usize)>,
     }
 
     impl Recorder {
         fn of(&self, dir: Direction) -> &[Event] {
             &self.events[dir.index()]
+        }
+        fn given(&self, dir: Direction) -> usize {
+            self.of(dir)
+                .iter()
+                .map(|e| match e {
+                    Event::Data(d) => d.len(),
+                    _ => 0,
+                })
+                .sum()
         }
         fn open(&mut self, dir: Direction) -> &mut Vec<Event> {
             let events = &mut self.events[dir.index()];
@@ -932,15 +946,10 @@ mod tests {
             self.end_marks[dir.index()] = Some(mark);
         }
         fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
-            let given = self
-                .of(dir)
-                .iter()
-                .map(|e| match e {
-                    Event::Data(d) => d.len(),
-                    _ => 0,
-                })
-                .sum();
-            self.ahead.push((dir, given));
+            self.ahead.push((dir, self.given(dir)));
+        }
+        fn after_peer(&mut self, dir: Direction, _mark: Mark) {
+            self.after.push((dir, self.given(dir.other())));
         }
     }
 
@@ -1543,6 +1552,28 @@ mod tests {
         w.send(Forward, 1007, 5010, "A", b"second");
         assert_eq!(w.rec.of(Forward), [data(b"answersecond")]);
         assert_eq!(w.rec.ahead, [(Forward, 0)]);
+    }
+
+    #[test]
+    fn an_answer_held_for_the_bytes_it_acknowledges_says_it_came_after_them() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        // Recorded before the three bytes of the client it acknowledges: it waits for them,
+        // and goes after them, said to be sent after every byte the client gave.
+        w.send(Forward, 1001, 5004, "A", b"answer");
+        assert_eq!(w.rec.of(Forward), []);
+        w.send(Reverse, 5001, 1001, "A", b"ask");
+        assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        assert_eq!(w.rec.after, [(Forward, 3)]);
+        assert_eq!(w.rec.ahead, []);
+        // Held for bytes it acknowledges when more came with them: not after all of it.
+        w.send(Forward, 1007, 5010, "A", b"second");
+        w.send(Reverse, 5004, 1007, "A", b"again-and-more");
+        assert_eq!(w.rec.of(Forward), [data(b"answersecond")]);
+        assert_eq!(w.rec.after, [(Forward, 3)]);
+        // In order, nothing is held and nothing said.
+        w.send(Forward, 1013, 5018, "A", b"third");
+        assert_eq!(w.rec.after, [(Forward, 3)]);
     }
 
     #[test]
