@@ -33,9 +33,7 @@ use crate::app::tls::{KeyLog, KeySource};
 use crate::app::{AppCtx, Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
-use crate::exchange::{
-    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
-};
+use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo};
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::compressed::{Codec, read_prefix};
@@ -922,9 +920,7 @@ impl Shard {
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
-        for id in &c.tracker.session_ids {
-            self.sessions.insert(fact_hash(&[id.as_bytes()]));
-        }
+        self.sessions.extend(c.tracker.session_ids.iter());
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
     }

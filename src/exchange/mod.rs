@@ -16,7 +16,7 @@
 //! re-states the client's position and delivers nothing, so the next id decides.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::app::jsonrpc::{self, RpcFact};
 use crate::app::sse::{EventSink, SseEvent, SseParser};
@@ -472,6 +472,38 @@ pub fn fact_hash(parts: &[&[u8]]) -> u64 {
     STATE.hash_one(parts)
 }
 
+/// A set of session id hashes ([`fact_hash`]). A connection nearly always names one session,
+/// which is held inline: a set of its own cost every connection of a reconnect storm an
+/// allocation.
+#[derive(Clone, Debug, Default)]
+pub struct SessionHashes {
+    first: Option<u64>,
+    more: HashSet<u64, rustc_hash::FxBuildHasher>,
+}
+
+impl SessionHashes {
+    /// Adds `hash`, if it is not in the set already.
+    pub fn insert(&mut self, hash: u64) {
+        match self.first {
+            None => self.first = Some(hash),
+            Some(f) if f == hash => {}
+            Some(_) => {
+                self.more.insert(hash);
+            }
+        }
+    }
+
+    /// True when `hash` is in the set.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.first == Some(hash) || self.more.contains(&hash)
+    }
+
+    /// The hashes, each once, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
+}
+
 /// The namespace key of an integer id: nothing is left once its digits are gone.
 static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
     std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
@@ -602,8 +634,9 @@ pub struct ExchangeTracker {
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
-    /// Session ids seen on the connection.
-    pub session_ids: BTreeSet<String>,
+    /// Session ids seen on the connection, as their [`fact_hash`]: only how many distinct
+    /// sessions the input has is counted from them, and a hash needs no copy of the id.
+    pub session_ids: SessionHashes,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
     /// session stage knows from them which sessions are still active.
     pub opened: Vec<(u32, String)>,
@@ -642,7 +675,7 @@ impl ExchangeTracker {
             hot: None,
             resumes: Vec::new(),
             summaries: Vec::new(),
-            session_ids: BTreeSet::new(),
+            session_ids: SessionHashes::default(),
             opened: Vec::new(),
             anomalies: Vec::new(),
             exchanges: 0,
@@ -961,10 +994,8 @@ impl ExchangeTracker {
     }
 
     fn note_session(&mut self, id: &Option<String>) {
-        if let Some(id) = id
-            && !self.session_ids.contains(id)
-        {
-            self.session_ids.insert(id.clone());
+        if let Some(id) = id {
+            self.session_ids.insert(fact_hash(&[id.as_bytes()]));
         }
     }
 }
@@ -2406,7 +2437,10 @@ mod tests {
         t.body_end(1, BodyEnd::Complete, Mark::new(5, 0));
         let ids: Vec<_> = t.summaries.iter().map(|x| x.session_id.clone()).collect();
         assert_eq!(ids, [Some("abc".to_string()), Some("def".to_string())]);
-        assert!(t.session_ids.contains("abc") && t.session_ids.contains("def"));
+        assert!(
+            t.session_ids.contains(fact_hash(&[b"abc".as_slice()]))
+                && t.session_ids.contains(fact_hash(&[b"def".as_slice()]))
+        );
     }
 
     #[test]
