@@ -1293,7 +1293,10 @@ fn lineage<'a>(
     let mut links: Vec<Link<'a>> = Vec::new();
     let mut hash = fact_hash(&[last_event_id.as_bytes()]);
     let mut before = before;
-    let mut exclude = vec![resumed];
+    // The resumed stream and those already on the lineage (at most MAX_LINEAGE), in an array
+    // rather than a list of their own, which cost every resume an allocation; slots not yet
+    // used hold the resumed stream.
+    let mut exclude = [resumed; MAX_LINEAGE + 1];
     while links.len() < MAX_LINEAGE {
         let Some((x, fact)) = ix
             .ids
@@ -1306,7 +1309,9 @@ fn lineage<'a>(
             break;
         };
         links.push(Link { x, fact });
-        exclude.push(x);
+        if let Some(slot) = exclude.get_mut(links.len()) {
+            *slot = x;
+        }
         let Some(up) = xs.get(x) else { break };
         match (&up.last_event_id, up.request) {
             (Some(l), Some(req)) => {
@@ -1700,7 +1705,8 @@ fn audit_resume<'a>(
 
     decide_opaque(xs, ix, opts, xi, r, &red);
 
-    let session_id = x.session_id.clone();
+    // Copied only into the findings made: most resumes have none.
+    let session_id = &x.session_id;
     let at_resume = resume_cite(r);
     let finding = |kind, severity, detail: String, id: Option<String>, cites: Vec<Cite>| Finding {
         kind,
