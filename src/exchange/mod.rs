@@ -544,6 +544,12 @@ fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark
     }
 }
 
+/// `s` with no room beyond its length, as a copy of it would have.
+fn tight(mut s: String) -> String {
+    s.shrink_to_fit();
+    s
+}
+
 fn cut_text(bytes: &[u8]) -> String {
     // ASCII (nearly every id and header) is one byte per character.
     if bytes.is_ascii() {
@@ -771,7 +777,7 @@ impl ExchangeTracker {
             stream,
             end,
         } = ex;
-        let (resume, summary) = match stream {
+        let (mut resume, summary) = match stream {
             Some(mut s) => {
                 s.facts.finish();
                 let StreamState { facts, .. } = *s;
@@ -790,7 +796,7 @@ impl ExchangeTracker {
                     .is_some_and(|s| s.endpoint_session.is_some()));
         // The heads end here: what the records need is taken out of them rather than copied,
         // and copied only where both the resume and the summary keep it.
-        let session_id = request
+        let mut session_id = request
             .as_mut()
             .and_then(|r| r.session_id.take())
             .or_else(|| response.as_mut().and_then(|r| r.session_id.take()))
@@ -815,18 +821,43 @@ impl ExchangeTracker {
             self.summaries_dropped += 1;
         }
         let keep = keep && self.summaries.len() < MAX_SUMMARIES_PER_CONNECTION;
-        // The summary's copies of the request, made before the resume takes the originals.
-        let head = match &request {
-            Some(r) if keep => Some((
+        let resumed = request.is_some() && last_event_id.is_some();
+        // The summary's copies of the request, made before the resume takes the originals;
+        // when no resume is made the summary takes the originals instead. A string taken is
+        // made as tight as a copy would be: the session stage's budget counts its room.
+        let head = match &mut request {
+            Some(r) if keep && resumed => Some((
                 r.method.clone(),
                 cut_text(r.target.as_bytes()),
                 r.protocol_version.clone(),
                 r.first,
             )),
+            Some(r) if keep => Some((
+                tight(std::mem::take(&mut r.method)),
+                if r.target.len() <= MAX_TEXT {
+                    tight(std::mem::take(&mut r.target))
+                } else {
+                    cut_text(r.target.as_bytes())
+                },
+                r.protocol_version.take().map(tight),
+                r.first,
+            )),
             _ => None,
         };
-        let kept_session_id = if keep { session_id.clone() } else { None };
-        let kept_last_event_id = if keep { last_event_id.clone() } else { None };
+        let kept_session_id = match (keep, resumed) {
+            (true, true) => session_id.clone(),
+            (true, false) => session_id.take().map(tight),
+            (false, _) => None,
+        };
+        // The resume facts hold their own copy of `Last-Event-ID`, no longer needed.
+        let kept_last_event_id = if keep {
+            match resume.as_mut() {
+                Some(r) if last_event_id.is_some() => Some(std::mem::take(&mut r.last_event_id)),
+                _ => last_event_id.clone(),
+            }
+        } else {
+            None
+        };
         if let Some(request) = request
             && let Some(last_event_id) = last_event_id
         {
@@ -842,6 +873,13 @@ impl ExchangeTracker {
                 no_answer,
                 mark,
             );
+            // Taken only now: deciding reads it from the answer's head.
+            if let Some(r) = self.resumes.last_mut() {
+                r.content_type = response
+                    .as_mut()
+                    .and_then(|h| h.content_type.take())
+                    .map(tight);
+            }
         }
         if !keep {
             return;
@@ -963,7 +1001,7 @@ impl ExchangeTracker {
             protocol_version: request.protocol_version,
             request: request.first,
             status: response.map(|r| r.status),
-            content_type: response.and_then(|r| r.content_type.clone()),
+            content_type: None,
             response: response.map(|r| r.first),
             first_event: first_mark,
             events_before_first_id: resume.as_ref().map_or(0, |s| s.events_before_first_id),
