@@ -581,7 +581,7 @@ enum StageEvent {
     Opened(String),
     /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
     /// the events queued between threads stay small.
-    Ended(Box<(Option<ExchangeSummary>, Option<ResumeRecord>)>),
+    Ended(Option<Box<ExchangeSummary>>, Option<Box<ResumeRecord>>),
     /// A connection that may carry MCP was not read, wholly or in part, or lost requests (or
     /// answers it could not pair) that no session can be named for.
     Unread,
@@ -1018,7 +1018,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             frame,
             stream,
             exchange,
-            event: StageEvent::Ended(Box::new((Some(x), r))),
+            event: StageEvent::Ended(Some(Box::new(x)), r.map(Box::new)),
         });
     }
     for r in resumes.drain(..) {
@@ -1026,7 +1026,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             frame,
             stream,
             exchange: r.exchange,
-            event: StageEvent::Ended(Box::new((None, Some(finished(r))))),
+            event: StageEvent::Ended(None, Some(Box::new(finished(r)))),
         });
     }
 }
@@ -1116,10 +1116,7 @@ impl<'s> Merger<'s> {
             match k.event {
                 StageEvent::Opened(sid) => self.facts.opened(&sid, key),
                 StageEvent::Unread => self.facts.unread(),
-                StageEvent::Ended(ended) => {
-                    let (x, r) = *ended;
-                    self.facts.ended(key, x, r)
-                }
+                StageEvent::Ended(x, r) => self.facts.ended(key, x, r),
             }
         }
     }
