@@ -612,6 +612,10 @@ struct OpenExchange {
     /// hot exchange is held in it) and every open exchange several hundred bytes larger, and
     /// those bytes were copied each time an exchange went into or out of the table.
     stream: Option<Box<StreamState>>,
+    /// The answer is an event stream to read whose body has not begun: its state is made when
+    /// the first bytes (or a gap) of the body come, so that an answer with no body (every
+    /// answer of a reconnect loop) costs no state. Holds the request's `Last-Event-ID`.
+    unread_stream: Option<Option<String>>,
     end: Option<(BodyEnd, Mark)>,
 }
 
@@ -621,9 +625,43 @@ impl OpenExchange {
             request: None,
             response: None,
             stream: None,
+            unread_stream: None,
             end: None,
         }
     }
+}
+
+/// The state of an event stream about to be read; `resumed_from` is the `Last-Event-ID` of its
+/// request, `keep` says whether session facts are gathered. Never inlined: the state is built
+/// in the frame of the function that makes it, and in the body's path, taken at every slice
+/// of a body, that frame cost more than the rest.
+#[inline(never)]
+fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<StreamState> {
+    let resume = resumed_from.map(|last_event_id| ResumeFacts {
+        last_is_integer: DecimalId::parse(&last_event_id).is_some(),
+        last_value: small_value(&last_event_id),
+        last_event_id,
+        first_id: None,
+        events: 0,
+        events_before_first_id: 0,
+        resent_ids: 0,
+        gap_before_first_id: false,
+        priming_ack: None,
+        seen: SeenIds::default(),
+    });
+    Box::new(StreamState {
+        parser: SseParser::new(limits, if keep { KEEP_DATA } else { 0 }),
+        facts: StreamFacts {
+            resume,
+            summary: keep.then(Box::default),
+            shape: ShapeState::default(),
+            tail: TailEvents::default(),
+            max_int: MaxInt::default(),
+            last_key: None,
+            last_int: None,
+            max_id: limits.max_sse_field_bytes,
+        },
+    })
 }
 
 /// Collects one connection's exchanges (implements [`HttpSink`]).
@@ -736,6 +774,21 @@ impl ExchangeTracker {
         }
     }
 
+    /// The event stream state of the open exchange `exchange`, made if its body begins now.
+    fn stream(&mut self, exchange: u32) -> Option<&mut StreamState> {
+        let limits = &self.limits;
+        let keep = self.keep_summaries;
+        let ex = match &mut self.hot {
+            Some((n, ex)) if *n == exchange => ex,
+            _ => self.open.get_mut(&exchange)?,
+        };
+        if ex.unread_stream.is_some() {
+            let resumed_from = ex.unread_stream.take().flatten();
+            ex.stream = Some(new_stream(limits, keep, resumed_from));
+        }
+        ex.stream.as_deref_mut()
+    }
+
     /// Takes the open exchange `exchange` out, if there is one.
     fn remove(&mut self, exchange: u32) -> Option<OpenExchange> {
         match &self.hot {
@@ -775,6 +828,7 @@ impl ExchangeTracker {
             mut request,
             mut response,
             stream,
+            unread_stream,
             end,
         } = ex;
         let (mut resume, summary) = match stream {
@@ -785,6 +839,10 @@ impl ExchangeTracker {
             }
             None => (None, None),
         };
+        // An event stream whose body never began: its facts are those of a stream that carried
+        // nothing, and its resume facts those of one that delivered nothing, as no facts do.
+        let empty_stream = unread_stream.is_some() && self.keep_summaries;
+        let mut unread_from = unread_stream.flatten();
         let request_named = request.as_ref().is_some_and(|r| {
             r.session_id.is_some() || jsonrpc::session_from_url(r.target.as_bytes()).is_some()
         });
@@ -853,6 +911,7 @@ impl ExchangeTracker {
         let kept_last_event_id = if keep {
             match resume.as_mut() {
                 Some(r) if last_event_id.is_some() => Some(std::mem::take(&mut r.last_event_id)),
+                _ if last_event_id.is_some() && unread_from.is_some() => unread_from.take(),
                 _ => last_event_id.clone(),
             }
         } else {
@@ -888,7 +947,10 @@ impl ExchangeTracker {
             Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
             None => (None, None, None, None),
         };
-        let (stream_facts, stream_empty) = held_stream(summary);
+        let (stream_facts, stream_empty) = match summary {
+            None if empty_stream => (None, true),
+            summary => held_stream(summary),
+        };
         self.summaries.push(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
@@ -1948,7 +2010,6 @@ impl HttpSink for ExchangeTracker {
     fn response(&mut self, head: ResponseHead) {
         self.note_session(&head.session_id);
         let n = head.exchange;
-        let limits = self.limits.clone();
         let keep = self.keep_summaries;
         let resynced = self.resynced;
         let ex = self.entry(n);
@@ -1969,50 +2030,29 @@ impl HttpSink for ExchangeTracker {
         let resumed_from = ex.request.as_ref().and_then(|r| r.last_event_id.clone());
         // Event streams are read for session facts; a resume is read even when those are off.
         if head.is_event_stream() && (keep || resumed_from.is_some()) {
-            let resume = resumed_from.map(|last_event_id| ResumeFacts {
-                last_is_integer: DecimalId::parse(&last_event_id).is_some(),
-                last_value: small_value(&last_event_id),
-                last_event_id,
-                first_id: None,
-                events: 0,
-                events_before_first_id: 0,
-                resent_ids: 0,
-                gap_before_first_id: false,
-                priming_ack: None,
-                seen: SeenIds::default(),
-            });
-            ex.stream = Some(Box::new(StreamState {
-                parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
-                facts: StreamFacts {
-                    resume,
-                    summary: keep.then(Box::default),
-                    shape: ShapeState::default(),
-                    tail: TailEvents::default(),
-                    max_int: MaxInt::default(),
-                    last_key: None,
-                    last_int: None,
-                    max_id: limits.max_sse_field_bytes,
-                },
-            }));
+            ex.stream = None;
+            ex.unread_stream = Some(resumed_from);
         }
         ex.response = Some(head);
     }
 
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        let Some(ex) = self.get(exchange) else {
+        // The stream's state is looked for first as it was made: only the body's first bytes
+        // go on to make it.
+        if let Some(StreamState { parser, facts }) =
+            self.get(exchange).and_then(|ex| ex.stream.as_deref_mut())
+        {
+            parser.feed_sink(bytes, mark, facts);
             return;
-        };
-        let Some(StreamState { parser, facts }) = ex.stream.as_deref_mut() else {
+        }
+        let Some(StreamState { parser, facts }) = self.stream(exchange) else {
             return;
         };
         parser.feed_sink(bytes, mark, facts);
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
-        let Some(ex) = self.get(exchange) else {
-            return;
-        };
-        let Some(stream) = ex.stream.as_mut() else {
+        let Some(stream) = self.stream(exchange) else {
             return;
         };
         stream.facts.gap();
