@@ -698,6 +698,9 @@ struct Shard {
     /// at once, several KiB each), and fresh room at every exchange cost two large
     /// allocations per exchange.
     lists: Lists,
+    /// The (empty) list of opened sessions of the last connection closed, for the next one
+    /// opened: a list of its own cost every connection of a reconnect storm an allocation.
+    spare_opened: Vec<(u32, String)>,
 }
 
 /// Emptied resume and summary lists, with their room.
@@ -737,6 +740,7 @@ impl Shard {
             keys,
             ignore,
             lists: Lists::default(),
+            spare_opened: Vec::new(),
         }
     }
 
@@ -746,7 +750,8 @@ impl Shard {
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
-                tracker: ExchangeTracker::new(&self.limits),
+                tracker: ExchangeTracker::new(&self.limits)
+                    .with_opened(std::mem::take(&mut self.spare_opened)),
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -857,6 +862,9 @@ impl Shard {
         };
         drain(stream, &mut c, frame, &mut self.events);
         self.lists.take_back(&mut c.tracker);
+        if c.tracker.opened.is_empty() {
+            self.spare_opened = std::mem::take(&mut c.tracker.opened);
+        }
         let t = c.tcp.stats();
         self.stats.tcp_connections += 1;
         self.stats.tcp_gaps += t.gaps;

@@ -742,6 +742,13 @@ impl ExchangeTracker {
             && !self.unattributed_loss)
     }
 
+    /// Gives the tracker `room` (an empty list) for the sessions its requests open.
+    pub fn with_opened(mut self, room: Vec<(u32, String)>) -> Self {
+        debug_assert!(room.is_empty());
+        self.opened = room;
+        self
+    }
+
     /// Stops gathering session facts for this connection (resumes are still decided): the
     /// driver's bound on how many connections of one input feed the session stage.
     pub fn without_summaries(mut self) -> Self {
