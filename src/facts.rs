@@ -53,7 +53,13 @@ pub trait FactSink: Send {
     /// Traffic that may carry MCP was not read.
     fn unread(&mut self);
     /// An exchange is over: its summary and its resume (when it is one).
-    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>);
+    /// Boxed as they were made: they are held boxed until their session is audited.
+    fn ended(
+        &mut self,
+        key: (u64, u32),
+        x: Option<Box<ExchangeSummary>>,
+        r: Option<Box<ResumeRecord>>,
+    );
     /// A HAR document's exchanges, held whole.
     fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>);
     /// The input is over.
@@ -93,7 +99,12 @@ impl FactSink for Reducer<'_> {
             s.traffic_unread();
         }
     }
-    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>) {
+    fn ended(
+        &mut self,
+        key: (u64, u32),
+        x: Option<Box<ExchangeSummary>>,
+        r: Option<Box<ResumeRecord>>,
+    ) {
         if let Some(s) = self.stage.as_mut() {
             s.exchange(Some(key), x, r, self.sink);
         }
@@ -989,7 +1000,12 @@ impl<W: Write + Send> FactSink for FactsWriter<W> {
         };
         self.put(&f);
     }
-    fn ended(&mut self, key: (u64, u32), x: Option<ExchangeSummary>, r: Option<ResumeRecord>) {
+    fn ended(
+        &mut self,
+        key: (u64, u32),
+        x: Option<Box<ExchangeSummary>>,
+        r: Option<Box<ResumeRecord>>,
+    ) {
         let session_id = x
             .as_ref()
             .and_then(|x| x.session_id.clone())
@@ -1000,8 +1016,8 @@ impl<W: Write + Send> FactSink for FactsWriter<W> {
             session_id,
             stream: key.0,
             exchange: key.1,
-            summary: x.as_ref().map(|x| Box::new(XSummary::of(x))),
-            resume: r.as_ref().and_then(XResume::of).map(Box::new),
+            summary: x.as_deref().map(|x| Box::new(XSummary::of(x))),
+            resume: r.as_deref().and_then(XResume::of).map(Box::new),
         };
         self.put(&f);
     }
@@ -1062,8 +1078,12 @@ pub type InputEnd = (
 enum Event {
     Opened(String, (u64, u32)),
     Unread,
-    Ended((u64, u32), Option<ExchangeSummary>, Option<ResumeRecord>),
-    Har(Option<ExchangeSummary>, Option<ResumeRecord>),
+    Ended(
+        (u64, u32),
+        Option<Box<ExchangeSummary>>,
+        Option<Box<ResumeRecord>>,
+    ),
+    Har(Option<Box<ExchangeSummary>>, Option<Box<ResumeRecord>>),
 }
 
 impl InputFacts {
@@ -1079,8 +1099,8 @@ impl InputFacts {
                 Event::Ended(key, x, r) => sink.ended(key, x, r),
                 Event::Har(x, r) => {
                     har = true;
-                    har_x.extend(x);
-                    har_r.extend(r);
+                    har_x.extend(x.map(|x| *x));
+                    har_r.extend(r.map(|r| *r));
                 }
             }
         }
@@ -1229,14 +1249,14 @@ impl FactsSet {
                 ..
             } => Event::Ended(
                 (stream, exchange),
-                summary.map(|x| x.back()).transpose()?,
-                resume.map(|r| r.back()).transpose()?,
+                summary.map(|x| x.back()).transpose()?.map(Box::new),
+                resume.map(|r| r.back()).transpose()?.map(Box::new),
             ),
             Fact::Har {
                 summary, resume, ..
             } => Event::Har(
-                summary.map(|x| x.back()).transpose()?,
-                resume.map(|r| r.back()).transpose()?,
+                summary.map(|x| x.back()).transpose()?.map(Box::new),
+                resume.map(|r| r.back()).transpose()?.map(Box::new),
             ),
         };
         inp.events.push((seq, event));

@@ -353,10 +353,17 @@ impl HttpConnection {
             .unwrap_or_default();
         match find_head_end(prev, window) {
             Some(end) => {
-                parser
-                    .head
-                    .extend_from_slice(window.get(..end).unwrap_or(window));
-                self.finish_head(d, mark, sink);
+                let head = window.get(..end).unwrap_or(window);
+                if parser.head.is_empty() {
+                    // The whole head came in one piece: it is parsed where it lies, without a
+                    // copy (and, on a new connection, without an allocation for the copy).
+                    let first = parser.head_first;
+                    let kind = parser.kind.take();
+                    self.parse_head(d, kind, head, first, mark, sink);
+                } else {
+                    parser.head.extend_from_slice(head);
+                    self.finish_head(d, mark, sink);
+                }
                 end
             }
             None if input.len() > room => {
@@ -535,16 +542,30 @@ impl HttpConnection {
         let parser = &mut self.directions[d];
         let head = mem::take(&mut parser.head);
         let first = parser.head_first;
-        match parser.kind.take() {
-            Some(MessageKind::Request) => self.finish_request(d, &head, first, mark, sink),
-            Some(MessageKind::Response) => self.finish_response(d, &head, first, mark, sink),
-            None => self.lose_sync(d, true),
-        }
+        let kind = parser.kind.take();
+        self.parse_head(d, kind, &head, first, mark, sink);
         let parser = &mut self.directions[d];
         if parser.head.is_empty() && head.capacity() <= RETAINED_HEAD_CAPACITY {
             let mut head = head;
             head.clear();
             parser.head = head;
+        }
+    }
+
+    /// Parses a complete head of `kind`, wherever its bytes are held.
+    fn parse_head<S: HttpSink>(
+        &mut self,
+        d: usize,
+        kind: Option<MessageKind>,
+        head: &[u8],
+        first: Mark,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        match kind {
+            Some(MessageKind::Request) => self.finish_request(d, head, first, mark, sink),
+            Some(MessageKind::Response) => self.finish_response(d, head, first, mark, sink),
+            None => self.lose_sync(d, true),
         }
     }
 

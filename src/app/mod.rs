@@ -214,18 +214,31 @@ impl AppStack {
                     return;
                 }
                 let speaker = *d.speaker.get_or_insert(dir);
+                // The speaker's first bytes are judged where they lie, and copied only when
+                // they do not decide: nearly every connection is decided by its first segment.
+                let mut unheld = None;
                 if speaker == dir {
                     let room = MAX_DETECT_BYTES.saturating_sub(d.first.len());
-                    d.first
-                        .extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or(bytes));
+                    let take = bytes.get(..room.min(bytes.len())).unwrap_or(bytes);
+                    if d.first.is_empty() {
+                        unheld = Some(take);
+                    } else {
+                        d.first.extend_from_slice(take);
+                    }
                 } else {
                     d.other_bytes += bytes.len();
                 }
+                let first = unheld.unwrap_or(&d.first);
                 let detected = if d.inside_tls {
-                    detect::detect_plaintext(&d.first)
+                    detect::detect_plaintext(first)
                 } else {
-                    detect::detect(&d.first, d.from_start)
+                    detect::detect(first, d.from_start)
                 };
+                if let Some(take) = unheld
+                    && matches!(detected, Detection::NeedMore)
+                {
+                    d.first.extend_from_slice(take);
+                }
                 let decision = match detected {
                     Detection::Decided(p) => Some(p),
                     Detection::NeedMore if d.other_bytes > MAX_HELD_BYTES => Some(Protocol::Http1),

@@ -829,8 +829,8 @@ impl Stage {
     pub fn exchange<S: Sink + ?Sized>(
         &mut self,
         key: Option<(u64, u32)>,
-        summary: Option<ExchangeSummary>,
-        resume: Option<ResumeRecord>,
+        summary: Option<Box<ExchangeSummary>>,
+        resume: Option<Box<ResumeRecord>>,
         sink: &mut S,
     ) {
         let mut ended_in = None;
@@ -843,7 +843,7 @@ impl Stage {
         let Some(x) = summary.filter(|x| x.session_id.is_some()) else {
             // Nothing to audit it against: it stands on its own stream.
             if let Some(r) = resume {
-                sink.resume(r);
+                sink.resume(*r);
             }
             if let Some(s) = &ended_in {
                 self.retire_if_over(s, sink);
@@ -851,13 +851,13 @@ impl Stage {
             self.enforce(sink);
             return;
         };
-        let bytes = held_bytes(&x, resume.as_ref());
+        let bytes = held_bytes(&x, resume.as_deref());
         let l = live_session(&mut self.live, x.session_id.as_deref().unwrap_or_default());
         self.cross.add(&x, &l.name);
         l.terminated |= x.method.as_deref() == Some("DELETE")
             && x.status.is_some_and(|s| (200..300).contains(&s));
-        l.xs.push(Box::new(x));
-        l.resumes.extend(resume.map(Box::new));
+        l.xs.push(x);
+        l.resumes.extend(resume);
         l.held += bytes;
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
         let sid = l.name.clone();
@@ -1023,7 +1023,7 @@ pub fn analyze(
     });
     for x in xs {
         let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
-        stage.exchange(None, Some(x), r, &mut sink);
+        stage.exchange(None, Some(Box::new(x)), r.map(Box::new), &mut sink);
     }
     let mut rest: Vec<ResumeRecord> = by_key.into_values().chain(loose).collect();
     rest.sort_by_key(resume_order);
@@ -1293,7 +1293,10 @@ fn lineage<'a>(
     let mut links: Vec<Link<'a>> = Vec::new();
     let mut hash = fact_hash(&[last_event_id.as_bytes()]);
     let mut before = before;
-    let mut exclude = vec![resumed];
+    // The resumed stream and those already on the lineage (at most MAX_LINEAGE), in an array
+    // rather than a list of their own, which cost every resume an allocation; slots not yet
+    // used hold the resumed stream.
+    let mut exclude = [resumed; MAX_LINEAGE + 1];
     while links.len() < MAX_LINEAGE {
         let Some((x, fact)) = ix
             .ids
@@ -1306,7 +1309,9 @@ fn lineage<'a>(
             break;
         };
         links.push(Link { x, fact });
-        exclude.push(x);
+        if let Some(slot) = exclude.get_mut(links.len()) {
+            *slot = x;
+        }
         let Some(up) = xs.get(x) else { break };
         match (&up.last_event_id, up.request) {
             (Some(l), Some(req)) => {
@@ -1709,7 +1714,8 @@ fn audit_resume<'a>(
 
     decide_opaque(xs, ix, opts, xi, r, &red);
 
-    let session_id = x.session_id.clone();
+    // Copied only into the findings made: most resumes have none.
+    let session_id = &x.session_id;
     let at_resume = resume_cite(r);
     let finding = |kind, severity, detail: String, id: Option<String>, cites: Vec<Cite>| Finding {
         kind,
@@ -3012,7 +3018,7 @@ data: "
                 .iter()
                 .position(|r| join_of_resume(r) == join_of_summary(&x).unwrap())
                 .map(|p| resumes.remove(p));
-            stage.exchange(Some(key), Some(x), r, &mut sink);
+            stage.exchange(Some(key), Some(Box::new(x)), r.map(Box::new), &mut sink);
             sink.0.push(format!("after {i}"));
         }
         let stats = stage.finish(&mut sink);

@@ -33,9 +33,7 @@ use crate::app::tls::{KeyLog, KeySource};
 use crate::app::{AppCtx, Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
-use crate::exchange::{
-    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo, fact_hash,
-};
+use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo};
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::compressed::{Codec, read_prefix};
@@ -583,7 +581,7 @@ enum StageEvent {
     Opened(String),
     /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
     /// the events queued between threads stay small.
-    Ended(Box<(Option<ExchangeSummary>, Option<ResumeRecord>)>),
+    Ended(Option<Box<ExchangeSummary>>, Option<Box<ResumeRecord>>),
     /// A connection that may carry MCP was not read, wholly or in part, or lost requests (or
     /// answers it could not pair) that no session can be named for.
     Unread,
@@ -705,6 +703,9 @@ struct Shard {
     /// at once, several KiB each), and fresh room at every exchange cost two large
     /// allocations per exchange.
     lists: Lists,
+    /// The (empty) list of opened sessions of the last connection closed, for the next one
+    /// opened: a list of its own cost every connection of a reconnect storm an allocation.
+    spare_opened: Vec<(u32, String)>,
 }
 
 /// Emptied resume and summary lists, with their room.
@@ -744,6 +745,7 @@ impl Shard {
             keys,
             ignore,
             lists: Lists::default(),
+            spare_opened: Vec::new(),
         }
     }
 
@@ -753,7 +755,8 @@ impl Shard {
             Box::new(Conn {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
-                tracker: ExchangeTracker::new(&self.limits),
+                tracker: ExchangeTracker::new(&self.limits)
+                    .with_opened(std::mem::take(&mut self.spare_opened)),
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -864,6 +867,9 @@ impl Shard {
         };
         drain(stream, &mut c, frame, &mut self.events);
         self.lists.take_back(&mut c.tracker);
+        if c.tracker.opened.is_empty() {
+            self.spare_opened = std::mem::take(&mut c.tracker.opened);
+        }
         let t = c.tcp.stats();
         self.stats.tcp_connections += 1;
         self.stats.tcp_gaps += t.gaps;
@@ -927,9 +933,7 @@ impl Shard {
         for (a, _) in &c.tracker.anomalies {
             *self.stats.anomalies.entry(anomaly_name(*a)).or_insert(0) += 1;
         }
-        for id in &c.tracker.session_ids {
-            self.sessions.insert(fact_hash(&[id.as_bytes()]));
-        }
+        self.sessions.extend(c.tracker.session_ids.iter());
         self.stats.facts_dropped += c.tracker.facts_dropped;
         self.stats.exchanges_not_audited += c.tracker.summaries_dropped;
     }
@@ -1027,7 +1031,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             frame,
             stream,
             exchange,
-            event: StageEvent::Ended(Box::new((Some(x), r))),
+            event: StageEvent::Ended(Some(Box::new(x)), r.map(Box::new)),
         });
     }
     for r in resumes.drain(..) {
@@ -1035,7 +1039,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             frame,
             stream,
             exchange: r.exchange,
-            event: StageEvent::Ended(Box::new((None, Some(finished(r))))),
+            event: StageEvent::Ended(None, Some(Box::new(finished(r)))),
         });
     }
 }
@@ -1125,10 +1129,7 @@ impl<'s> Merger<'s> {
             match k.event {
                 StageEvent::Opened(sid) => self.facts.opened(&sid, key),
                 StageEvent::Unread => self.facts.unread(),
-                StageEvent::Ended(ended) => {
-                    let (x, r) = *ended;
-                    self.facts.ended(key, x, r)
-                }
+                StageEvent::Ended(x, r) => self.facts.ended(key, x, r),
             }
         }
     }

@@ -16,7 +16,7 @@
 //! re-states the client's position and delivers nothing, so the next id decides.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::app::jsonrpc::{self, RpcFact};
 use crate::app::sse::{EventSink, SseEvent, SseParser};
@@ -472,6 +472,38 @@ pub fn fact_hash(parts: &[&[u8]]) -> u64 {
     STATE.hash_one(parts)
 }
 
+/// A set of session id hashes ([`fact_hash`]). A connection nearly always names one session,
+/// which is held inline: a set of its own cost every connection of a reconnect storm an
+/// allocation.
+#[derive(Clone, Debug, Default)]
+pub struct SessionHashes {
+    first: Option<u64>,
+    more: HashSet<u64, rustc_hash::FxBuildHasher>,
+}
+
+impl SessionHashes {
+    /// Adds `hash`, if it is not in the set already.
+    pub fn insert(&mut self, hash: u64) {
+        match self.first {
+            None => self.first = Some(hash),
+            Some(f) if f == hash => {}
+            Some(_) => {
+                self.more.insert(hash);
+            }
+        }
+    }
+
+    /// True when `hash` is in the set.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.first == Some(hash) || self.more.contains(&hash)
+    }
+
+    /// The hashes, each once, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
+}
+
 /// The namespace key of an integer id: nothing is left once its digits are gone.
 static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
     std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
@@ -510,6 +542,12 @@ fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark
             })
         }
     }
+}
+
+/// `s` with no room beyond its length, as a copy of it would have.
+fn tight(mut s: String) -> String {
+    s.shrink_to_fit();
+    s
 }
 
 fn cut_text(bytes: &[u8]) -> String {
@@ -574,6 +612,10 @@ struct OpenExchange {
     /// hot exchange is held in it) and every open exchange several hundred bytes larger, and
     /// those bytes were copied each time an exchange went into or out of the table.
     stream: Option<Box<StreamState>>,
+    /// The answer is an event stream to read whose body has not begun: its state is made when
+    /// the first bytes (or a gap) of the body come, so that an answer with no body (every
+    /// answer of a reconnect loop) costs no state. Holds the request's `Last-Event-ID`.
+    unread_stream: Option<Option<String>>,
     end: Option<(BodyEnd, Mark)>,
 }
 
@@ -583,9 +625,43 @@ impl OpenExchange {
             request: None,
             response: None,
             stream: None,
+            unread_stream: None,
             end: None,
         }
     }
+}
+
+/// The state of an event stream about to be read; `resumed_from` is the `Last-Event-ID` of its
+/// request, `keep` says whether session facts are gathered. Never inlined: the state is built
+/// in the frame of the function that makes it, and in the body's path, taken at every slice
+/// of a body, that frame cost more than the rest.
+#[inline(never)]
+fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<StreamState> {
+    let resume = resumed_from.map(|last_event_id| ResumeFacts {
+        last_is_integer: DecimalId::parse(&last_event_id).is_some(),
+        last_value: small_value(&last_event_id),
+        last_event_id,
+        first_id: None,
+        events: 0,
+        events_before_first_id: 0,
+        resent_ids: 0,
+        gap_before_first_id: false,
+        priming_ack: None,
+        seen: SeenIds::default(),
+    });
+    Box::new(StreamState {
+        parser: SseParser::new(limits, if keep { KEEP_DATA } else { 0 }),
+        facts: StreamFacts {
+            resume,
+            summary: keep.then(Box::default),
+            shape: ShapeState::default(),
+            tail: TailEvents::default(),
+            max_int: MaxInt::default(),
+            last_key: None,
+            last_int: None,
+            max_id: limits.max_sse_field_bytes,
+        },
+    })
 }
 
 /// Collects one connection's exchanges (implements [`HttpSink`]).
@@ -602,8 +678,9 @@ pub struct ExchangeTracker {
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
-    /// Session ids seen on the connection.
-    pub session_ids: BTreeSet<String>,
+    /// Session ids seen on the connection, as their [`fact_hash`]: only how many distinct
+    /// sessions the input has is counted from them, and a hash needs no copy of the id.
+    pub session_ids: SessionHashes,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
     /// session stage knows from them which sessions are still active.
     pub opened: Vec<(u32, String)>,
@@ -642,7 +719,7 @@ impl ExchangeTracker {
             hot: None,
             resumes: Vec::new(),
             summaries: Vec::new(),
-            session_ids: BTreeSet::new(),
+            session_ids: SessionHashes::default(),
             opened: Vec::new(),
             anomalies: Vec::new(),
             exchanges: 0,
@@ -663,6 +740,13 @@ impl ExchangeTracker {
             && self.summaries.is_empty()
             && self.resumes.is_empty()
             && !self.unattributed_loss)
+    }
+
+    /// Gives the tracker `room` (an empty list) for the sessions its requests open.
+    pub fn with_opened(mut self, room: Vec<(u32, String)>) -> Self {
+        debug_assert!(room.is_empty());
+        self.opened = room;
+        self
     }
 
     /// Stops gathering session facts for this connection (resumes are still decided): the
@@ -695,6 +779,21 @@ impl ExchangeTracker {
             Some((n, ex)) if *n == exchange => Some(ex),
             _ => self.open.get_mut(&exchange),
         }
+    }
+
+    /// The event stream state of the open exchange `exchange`, made if its body begins now.
+    fn stream(&mut self, exchange: u32) -> Option<&mut StreamState> {
+        let limits = &self.limits;
+        let keep = self.keep_summaries;
+        let ex = match &mut self.hot {
+            Some((n, ex)) if *n == exchange => ex,
+            _ => self.open.get_mut(&exchange)?,
+        };
+        if ex.unread_stream.is_some() {
+            let resumed_from = ex.unread_stream.take().flatten();
+            ex.stream = Some(new_stream(limits, keep, resumed_from));
+        }
+        ex.stream.as_deref_mut()
     }
 
     /// Takes the open exchange `exchange` out, if there is one.
@@ -736,9 +835,10 @@ impl ExchangeTracker {
             mut request,
             mut response,
             stream,
+            unread_stream,
             end,
         } = ex;
-        let (resume, summary) = match stream {
+        let (mut resume, summary) = match stream {
             Some(mut s) => {
                 s.facts.finish();
                 let StreamState { facts, .. } = *s;
@@ -746,6 +846,10 @@ impl ExchangeTracker {
             }
             None => (None, None),
         };
+        // An event stream whose body never began: its facts are those of a stream that carried
+        // nothing, and its resume facts those of one that delivered nothing, as no facts do.
+        let empty_stream = unread_stream.is_some() && self.keep_summaries;
+        let mut unread_from = unread_stream.flatten();
         let request_named = request.as_ref().is_some_and(|r| {
             r.session_id.is_some() || jsonrpc::session_from_url(r.target.as_bytes()).is_some()
         });
@@ -757,7 +861,7 @@ impl ExchangeTracker {
                     .is_some_and(|s| s.endpoint_session.is_some()));
         // The heads end here: what the records need is taken out of them rather than copied,
         // and copied only where both the resume and the summary keep it.
-        let session_id = request
+        let mut session_id = request
             .as_mut()
             .and_then(|r| r.session_id.take())
             .or_else(|| response.as_mut().and_then(|r| r.session_id.take()))
@@ -782,18 +886,44 @@ impl ExchangeTracker {
             self.summaries_dropped += 1;
         }
         let keep = keep && self.summaries.len() < MAX_SUMMARIES_PER_CONNECTION;
-        // The summary's copies of the request, made before the resume takes the originals.
-        let head = match &request {
-            Some(r) if keep => Some((
+        let resumed = request.is_some() && last_event_id.is_some();
+        // The summary's copies of the request, made before the resume takes the originals;
+        // when no resume is made the summary takes the originals instead. A string taken is
+        // made as tight as a copy would be: the session stage's budget counts its room.
+        let head = match &mut request {
+            Some(r) if keep && resumed => Some((
                 r.method.clone(),
                 cut_text(r.target.as_bytes()),
                 r.protocol_version.clone(),
                 r.first,
             )),
+            Some(r) if keep => Some((
+                tight(std::mem::take(&mut r.method)),
+                if r.target.len() <= MAX_TEXT {
+                    tight(std::mem::take(&mut r.target))
+                } else {
+                    cut_text(r.target.as_bytes())
+                },
+                r.protocol_version.take().map(tight),
+                r.first,
+            )),
             _ => None,
         };
-        let kept_session_id = if keep { session_id.clone() } else { None };
-        let kept_last_event_id = if keep { last_event_id.clone() } else { None };
+        let kept_session_id = match (keep, resumed) {
+            (true, true) => session_id.clone(),
+            (true, false) => session_id.take().map(tight),
+            (false, _) => None,
+        };
+        // The resume facts hold their own copy of `Last-Event-ID`, no longer needed.
+        let kept_last_event_id = if keep {
+            match resume.as_mut() {
+                Some(r) if last_event_id.is_some() => Some(std::mem::take(&mut r.last_event_id)),
+                _ if last_event_id.is_some() && unread_from.is_some() => unread_from.take(),
+                _ => last_event_id.clone(),
+            }
+        } else {
+            None
+        };
         if let Some(request) = request
             && let Some(last_event_id) = last_event_id
         {
@@ -809,6 +939,13 @@ impl ExchangeTracker {
                 no_answer,
                 mark,
             );
+            // Taken only now: deciding reads it from the answer's head.
+            if let Some(r) = self.resumes.last_mut() {
+                r.content_type = response
+                    .as_mut()
+                    .and_then(|h| h.content_type.take())
+                    .map(tight);
+            }
         }
         if !keep {
             return;
@@ -817,7 +954,10 @@ impl ExchangeTracker {
             Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
             None => (None, None, None, None),
         };
-        let (stream_facts, stream_empty) = held_stream(summary);
+        let (stream_facts, stream_empty) = match summary {
+            None if empty_stream => (None, true),
+            summary => held_stream(summary),
+        };
         self.summaries.push(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
@@ -930,7 +1070,7 @@ impl ExchangeTracker {
             protocol_version: request.protocol_version,
             request: request.first,
             status: response.map(|r| r.status),
-            content_type: response.and_then(|r| r.content_type.clone()),
+            content_type: None,
             response: response.map(|r| r.first),
             first_event: first_mark,
             events_before_first_id: resume.as_ref().map_or(0, |s| s.events_before_first_id),
@@ -961,10 +1101,8 @@ impl ExchangeTracker {
     }
 
     fn note_session(&mut self, id: &Option<String>) {
-        if let Some(id) = id
-            && !self.session_ids.contains(id)
-        {
-            self.session_ids.insert(id.clone());
+        if let Some(id) = id {
+            self.session_ids.insert(fact_hash(&[id.as_bytes()]));
         }
     }
 }
@@ -1879,7 +2017,6 @@ impl HttpSink for ExchangeTracker {
     fn response(&mut self, head: ResponseHead) {
         self.note_session(&head.session_id);
         let n = head.exchange;
-        let limits = self.limits.clone();
         let keep = self.keep_summaries;
         let resynced = self.resynced;
         let ex = self.entry(n);
@@ -1900,50 +2037,29 @@ impl HttpSink for ExchangeTracker {
         let resumed_from = ex.request.as_ref().and_then(|r| r.last_event_id.clone());
         // Event streams are read for session facts; a resume is read even when those are off.
         if head.is_event_stream() && (keep || resumed_from.is_some()) {
-            let resume = resumed_from.map(|last_event_id| ResumeFacts {
-                last_is_integer: DecimalId::parse(&last_event_id).is_some(),
-                last_value: small_value(&last_event_id),
-                last_event_id,
-                first_id: None,
-                events: 0,
-                events_before_first_id: 0,
-                resent_ids: 0,
-                gap_before_first_id: false,
-                priming_ack: None,
-                seen: SeenIds::default(),
-            });
-            ex.stream = Some(Box::new(StreamState {
-                parser: SseParser::new(&limits, if keep { KEEP_DATA } else { 0 }),
-                facts: StreamFacts {
-                    resume,
-                    summary: keep.then(Box::default),
-                    shape: ShapeState::default(),
-                    tail: TailEvents::default(),
-                    max_int: MaxInt::default(),
-                    last_key: None,
-                    last_int: None,
-                    max_id: limits.max_sse_field_bytes,
-                },
-            }));
+            ex.stream = None;
+            ex.unread_stream = Some(resumed_from);
         }
         ex.response = Some(head);
     }
 
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
-        let Some(ex) = self.get(exchange) else {
+        // The stream's state is looked for first as it was made: only the body's first bytes
+        // go on to make it.
+        if let Some(StreamState { parser, facts }) =
+            self.get(exchange).and_then(|ex| ex.stream.as_deref_mut())
+        {
+            parser.feed_sink(bytes, mark, facts);
             return;
-        };
-        let Some(StreamState { parser, facts }) = ex.stream.as_deref_mut() else {
+        }
+        let Some(StreamState { parser, facts }) = self.stream(exchange) else {
             return;
         };
         parser.feed_sink(bytes, mark, facts);
     }
 
     fn body_gap(&mut self, exchange: u32, _len: u64, mark: Mark) {
-        let Some(ex) = self.get(exchange) else {
-            return;
-        };
-        let Some(stream) = ex.stream.as_mut() else {
+        let Some(stream) = self.stream(exchange) else {
             return;
         };
         stream.facts.gap();
@@ -2406,7 +2522,10 @@ mod tests {
         t.body_end(1, BodyEnd::Complete, Mark::new(5, 0));
         let ids: Vec<_> = t.summaries.iter().map(|x| x.session_id.clone()).collect();
         assert_eq!(ids, [Some("abc".to_string()), Some("def".to_string())]);
-        assert!(t.session_ids.contains("abc") && t.session_ids.contains("def"));
+        assert!(
+            t.session_ids.contains(fact_hash(&[b"abc".as_slice()]))
+                && t.session_ids.contains(fact_hash(&[b"def".as_slice()]))
+        );
     }
 
     #[test]

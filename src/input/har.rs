@@ -843,11 +843,7 @@ impl HarRun<'_> {
             tracker.body_end(0, outcome.how, mark);
         }
         self.report.http_exchanges += tracker.exchanges;
-        for id in &tracker.session_ids {
-            self.report
-                .sessions
-                .insert(crate::exchange::fact_hash(&[id.as_bytes()]));
-        }
+        self.report.sessions.extend(tracker.session_ids.iter());
         for mut r in tracker.resumes.drain(..) {
             let answered_stream = r.status.is_some_and(|s| (200..300).contains(&s));
             if outcome.withhold && answered_stream && r.decision.verdict != Verdict::Rejected {
