@@ -472,7 +472,7 @@ pub fn fact_hash(parts: &[&[u8]]) -> u64 {
     STATE.hash_one(parts)
 }
 
-/// A set of session id hashes ([`fact_hash`]). A connection nearly always names one session,
+/// A set of session id hashes (`fact_hash`). A connection nearly always names one session,
 /// which is held inline: a set of its own cost every connection of a reconnect storm an
 /// allocation.
 #[derive(Clone, Debug, Default)]
@@ -508,7 +508,7 @@ impl SessionHashes {
 static EMPTY_KEY: std::sync::LazyLock<(u64, usize)> =
     std::sync::LazyLock::new(|| idshape::namespace_key_hash(b""));
 
-/// A map keyed by [`fact_hash`] values: already hashed, so rustc-hash's one multiplication
+/// A map keyed by `fact_hash` values: already hashed, so rustc-hash's one multiplication
 /// is all the spreading they need.
 pub type FactMap<V> = HashMap<u64, V, rustc_hash::FxBuildHasher>;
 
@@ -678,7 +678,7 @@ pub struct ExchangeTracker {
     pub resumes: Vec<ResumeRecord>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
-    /// Session ids seen on the connection, as their [`fact_hash`]: only how many distinct
+    /// Session ids seen on the connection, as their `fact_hash`: only how many distinct
     /// sessions the input has is counted from them, and a hash needs no copy of the id.
     pub session_ids: SessionHashes,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
