@@ -109,6 +109,10 @@ pub trait StreamSink {
     /// after all of it, even where the capture recorded them earlier (a capture host with
     /// several queues records packets out of order).
     fn after_peer(&mut self, _dir: Direction, _mark: Mark) {}
+    /// An empty segment of `dir` (an acknowledgment) stood past the bytes given and held of
+    /// `dir`: bytes were sent there that the capture has not shown so far. They may still
+    /// come, late; what they carry is unknown until then.
+    fn sent_unseen(&mut self, _dir: Direction, _mark: Mark) {}
 }
 
 /// A parsed HTTP/1.x request head: only the facts later stages use, owned.

@@ -630,7 +630,9 @@ fn one_loss(
 /// - a resume request recorded before the delivery of its Last-Event-ID (a `cursor_ahead`
 ///   against a cursor the client was given);
 /// - a lost answer, and the next answer recorded before the request it acknowledges (it went
-///   to the request whose answer was lost: `replayed` became `empty`).
+///   to the request whose answer was lost: `replayed` became `empty`);
+/// - a resume request and its answer lost, shown only by the client's next acknowledgment
+///   (a `cursor_lost` for the standalone stream's next GET).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -644,6 +646,7 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("tls-real/py-tls13-chacha20.pcap", Loss::Drop, &[631]),
         ("real/rmcp.pcap", Loss::Reorder, &[1148]),
         ("real/rmcp.pcap", Loss::Mixed, &[437, 805, 879, 980]),
+        ("real/rmcp.pcap", Loss::Drop, &[1379]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

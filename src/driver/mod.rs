@@ -669,6 +669,13 @@ impl StreamSink for Bridge<'_> {
         self.ends[dir.index()] = Some(how);
         self.app.end(self.ctx, dir, how, mark, self.tracker);
     }
+    fn sent_unseen(&mut self, dir: Direction, _mark: Mark) {
+        // Requests may be among those bytes: no session is taken for whole from here on, even
+        // if they come late.
+        if self.app.client_direction().is_none_or(|c| c == dir) {
+            self.tracker.unattributed_loss = true;
+        }
+    }
     fn after_peer(&mut self, dir: Direction, _mark: Mark) {
         self.app.after_peer(dir);
     }

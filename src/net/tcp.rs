@@ -641,6 +641,10 @@ impl HalfStream {
     }
 }
 
+/// How far past its direction's position an empty segment may stand and still be taken to
+/// show bytes sent and not captured; further, it is more likely a stray than a loss.
+const UNSEEN_REACH: u32 = 1 << 24;
+
 /// Reassembly state of one TCP connection, both directions.
 #[derive(Debug)]
 pub struct TcpConnection {
@@ -655,6 +659,9 @@ pub struct TcpConnection {
     held: [std::collections::VecDeque<HeldSegment>; 2],
     held_cost: usize,
     max_held_cost: usize,
+    /// Per direction, where it stood when an empty segment last showed bytes sent past it
+    /// and not captured (so far): said once per position.
+    unseen_said: [Option<u64>; 2],
 }
 
 impl TcpConnection {
@@ -673,6 +680,7 @@ impl TcpConnection {
             held: Default::default(),
             held_cost: 0,
             max_held_cost: max,
+            unseen_said: [None; 2],
         }
     }
 
@@ -694,6 +702,24 @@ impl TcpConnection {
             Direction::Forward => (forward, reverse),
             Direction::Reverse => (reverse, forward),
         };
+        if seg.payload.is_empty()
+            && !(seg.flags.syn || seg.flags.fin || seg.flags.rst)
+            && this.started
+            && !this.ended
+            && self.unseen_said[d] != Some(this.next)
+        {
+            // An empty segment's sequence number is where its sender stood: bytes before it
+            // that the capture neither gave nor holds were sent and not captured (so far).
+            let at = this.position(seg.seq);
+            let ahead = at - i128::from(this.next);
+            let held = self.held[d]
+                .iter()
+                .any(|h| this.position(h.seq) + h.payload.len() as i128 >= at);
+            if ahead > 0 && ahead <= i128::from(UNSEEN_REACH) && !held {
+                self.unseen_said[d] = Some(this.next);
+                sink.sent_unseen(dir, seg.mark);
+            }
+        }
         if seg.flags.ack {
             if seg.flags.syn && !other.started && !other.ended {
                 // A SYN-ACK acknowledges exactly the peer's SYN: the peer's data starts there.
@@ -899,6 +925,8 @@ mod tests {
         /// Each `after_peer` call: its direction, and the data bytes the other direction had
         /// been given before it.
         after: Vec<(Direction, usize)>,
+        /// Each `sent_unseen` call: its direction, and the data bytes it had been given.
+        unseen: Vec<(Direction, usize)>,
     }
 
     impl Recorder {
@@ -950,6 +978,9 @@ mod tests {
         }
         fn after_peer(&mut self, dir: Direction, _mark: Mark) {
             self.after.push((dir, self.given(dir.other())));
+        }
+        fn sent_unseen(&mut self, dir: Direction, _mark: Mark) {
+            self.unseen.push((dir, self.given(dir)));
         }
     }
 
@@ -1574,6 +1605,26 @@ mod tests {
         // In order, nothing is held and nothing said.
         w.send(Forward, 1013, 5018, "A", b"third");
         assert_eq!(w.rec.after, [(Forward, 3)]);
+    }
+
+    #[test]
+    fn an_acknowledgment_past_bytes_not_captured_says_they_were_sent() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Reverse, 5001, 1001, "A", b"ask");
+        // The client's next request was not captured; its empty acknowledgment stands past
+        // it: said once, however many such acknowledgments follow.
+        w.send(Reverse, 5010, 1001, "A", b"");
+        w.send(Reverse, 5010, 1001, "A", b"");
+        assert_eq!(w.rec.unseen, [(Reverse, 3)]);
+        // The request came late after all: the next one past it is said again.
+        w.send(Reverse, 5004, 1001, "A", b"again!");
+        w.send(Reverse, 5020, 1001, "A", b"");
+        assert_eq!(w.rec.unseen, [(Reverse, 3), (Reverse, 9)]);
+        // Acknowledgments where the sender stands, or behind it (a keep-alive), say nothing.
+        w.send(Forward, 1001, 5010, "A", b"");
+        w.send(Forward, 1000, 5010, "A", b"");
+        assert_eq!(w.rec.unseen.len(), 2);
     }
 
     #[test]
