@@ -1499,9 +1499,11 @@ fn analyze_capture<'a>(
                 threaded.flush(s);
             }
             drop(threaded);
+            // A worker or stage that panicked takes the run down with its message, as it
+            // would with -j1: without its shard, the report would be silently incomplete.
             let shards: Vec<Shard> = handles
                 .into_iter()
-                .filter_map(|h| h.join().ok())
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .enumerate()
                 .map(|(w, shard)| {
                     let mut shard = shard.finish(last);
@@ -1511,7 +1513,7 @@ fn analyze_capture<'a>(
                 })
                 .collect();
             drop(handed_tx);
-            let stats = stage.join().unwrap_or_default();
+            let stats = stage.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             (shards, stats)
         })
     };
