@@ -109,6 +109,11 @@ pub trait StreamSink {
     /// after all of it, even where the capture recorded them earlier (a capture host with
     /// several queues records packets out of order).
     fn after_peer(&mut self, _dir: Direction, _mark: Mark) {}
+    /// The next bytes of `dir`, in the frame of `mark`, were sent before the last `unacked`
+    /// bytes given of the other direction (data and gaps) had arrived: their acknowledgment
+    /// stops that far short of them. Whatever the other direction began there (a request,
+    /// for an answer) was not yet received when they were sent.
+    fn before_peer(&mut self, _dir: Direction, _mark: Mark, _unacked: u64) {}
     /// An empty segment of `dir` (an acknowledgment) stood past the bytes given and held of
     /// `dir`: bytes were sent there that the capture has not shown so far. They may still
     /// come, late; what they carry is unknown until then.

@@ -632,7 +632,10 @@ fn one_loss(
 /// - a lost answer, and the next answer recorded before the request it acknowledges (it went
 ///   to the request whose answer was lost: `replayed` became `empty`);
 /// - a resume request and its answer lost, shown only by the client's next acknowledgment
-///   (a `cursor_lost` for the standalone stream's next GET).
+///   (a `cursor_lost` for the standalone stream's next GET);
+/// - a lost request, and the next answer recorded after a later request that it does not
+///   acknowledge (it went to that request: `correct` became `unverifiable`, said of an
+///   answer that was not the resume's).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -647,6 +650,7 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("real/rmcp.pcap", Loss::Reorder, &[1148]),
         ("real/rmcp.pcap", Loss::Mixed, &[437, 805, 879, 980]),
         ("real/rmcp.pcap", Loss::Drop, &[1379]),
+        ("gen/tcp-keep-alive.pcap", Loss::Mixed, &[1141, 1187]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

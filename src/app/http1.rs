@@ -84,6 +84,10 @@ pub struct HttpConnection {
     /// A `101 Switching Protocols` to `h2c` answered this exchange: the connection goes on
     /// as HTTP/2, the exchange as its stream 1.
     switched_to_h2c: Option<u32>,
+    /// Per direction, the newest segment said to be sent before the other direction's last
+    /// bytes arrived ([`HttpConnection::before_peer`]): its frame, and the position in the
+    /// other direction that its acknowledgment reached.
+    sent_before: [Option<(u64, u64)>; 2],
 }
 
 impl HttpConnection {
@@ -116,6 +120,7 @@ impl HttpConnection {
             responses_lost: !from_start,
             acknowledged: None,
             switched_to_h2c: None,
+            sent_before: [None; 2],
         }
     }
 
@@ -152,11 +157,14 @@ impl HttpConnection {
         let parser = &mut self.directions[d];
         let new_segment = parser.last_mark != Some(mark);
         parser.last_mark = Some(mark);
+        let base = parser.given;
+        parser.given = base.saturating_add(bytes.len() as u64);
         let mut rest = bytes;
         let mut idle_steps = 0u32;
         while !rest.is_empty() && !self.abandoned {
             // A segment is the run of bytes sharing one mark, however the calls cut it.
             let at_segment_start = new_segment && rest.len() == bytes.len();
+            self.directions[d].at = base.saturating_add((bytes.len() - rest.len()) as u64);
             let used = match &self.directions[d].state {
                 State::Ended => return bytes.len(),
                 State::Head => self.step_head(d, rest, at_segment_start, mark, sink),
@@ -197,6 +205,7 @@ impl HttpConnection {
         }
         let d = dir.index();
         self.directions[d].last_mark = None;
+        self.directions[d].given = self.directions[d].given.saturating_add(len);
         match &mut self.directions[d].state {
             State::Ended => {}
             State::Head | State::Resync { .. } => self.lose_sync(d, true),
@@ -260,6 +269,14 @@ impl HttpConnection {
         }
     }
 
+    /// The next bytes of `dir`, in the frame of `mark`, were sent before the last `unacked`
+    /// bytes given of the other direction had arrived (their acknowledgment stops short of
+    /// them): when they begin an answer, no request starting in those bytes is its request.
+    pub fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
+        let other = &self.directions[dir.other().index()];
+        self.sent_before[dir.index()] = Some((mark.frame, other.given.saturating_sub(unacked)));
+    }
+
     /// `dir` ended: a body still open ends with `BodyEnd::Stream(how)`.
     pub fn end<S: HttpSink>(&mut self, dir: Direction, how: StreamEnd, mark: Mark, sink: &mut S) {
         if self.abandoned {
@@ -298,6 +315,8 @@ impl HttpConnection {
                 return blank;
             }
             parser.head_first = mark;
+            parser.head_start = parser.at;
+            parser.head_acked = acked_at(self.sent_before[d], mark);
             parser.scan = StartLineScan::new();
             parser.segment_scan = None;
             parser.kind = None;
@@ -407,6 +426,8 @@ impl HttpConnection {
                 let offset = segment.offset.min(parser.head.len());
                 parser.head.drain(..offset);
                 parser.head_first = segment.first;
+                parser.head_start = parser.head_start.saturating_add(offset as u64);
+                parser.head_acked = acked_at(self.sent_before[d], segment.first);
                 parser.scan = segment.scan;
                 self.note_skip(d, mark, sink);
                 segment
@@ -595,11 +616,13 @@ impl HttpConnection {
         let facts = HeadFacts::from_headers(request.headers);
         let method = request.method.unwrap_or_default();
         let exchange = self.allocate_exchange();
+        let start = self.directions[d].head_start;
         self.push_pending(Pending::Request(PendingRequest {
             exchange,
             bodiless_response: method == "HEAD",
             tunnel: method == "CONNECT",
             complete: mark,
+            start,
         }));
         sink.request(RequestHead {
             exchange,
@@ -666,7 +689,8 @@ impl HttpConnection {
             return;
         }
         let facts = HeadFacts::from_headers(response.headers);
-        let (exchange, request) = self.pair_response(first);
+        let acked = self.directions[d].head_acked;
+        let (exchange, request) = self.pair_response(first, acked);
         if request.is_none() {
             sink.anomaly(Anomaly::UnpairedResponse, mark);
         }
@@ -870,8 +894,14 @@ impl HttpConnection {
         self.pending.push_back(entry);
     }
 
-    /// The exchange a final response belongs to, and its request when known.
-    fn pair_response(&mut self, response_first: Mark) -> (u32, Option<PendingRequest>) {
+    /// The exchange a final response belongs to, and its request when known; `acked`: the
+    /// position in the client's bytes that the response's first segment acknowledged, when
+    /// short of what was given (a request starting there or later was not yet received).
+    fn pair_response(
+        &mut self,
+        response_first: Mark,
+        acked: Option<u64>,
+    ) -> (u32, Option<PendingRequest>) {
         let uncertain = self.responses_lost || self.pending.contains(&Pending::Lost);
         if !uncertain {
             if let Some(Pending::Request(request)) = self.pending.pop_front() {
@@ -882,8 +912,9 @@ impl HttpConnection {
         let acknowledged = self.acknowledged;
         let newest_before = self.pending.iter().rposition(|entry| {
             matches!(entry, Pending::Request(r)
-                if r.complete.frame <= response_first.frame
+                if (r.complete.frame <= response_first.frame
                     || acknowledged.is_some_and(|a| r.exchange <= a))
+                    && acked.is_none_or(|a| r.start < a))
         });
         if let Some(index) = newest_before
             && let Some(Pending::Request(request)) = self.pending.get(index).copied()
@@ -944,6 +975,15 @@ struct DirectionParser {
     /// The undecided head began at a line picked while skipping, not at a message boundary:
     /// if it grows past the head limit undecided, it is skipped rather than too large.
     head_from_resync: bool,
+    /// Bytes of the direction given so far, data and gaps.
+    given: u64,
+    /// Position of the bytes being stepped through.
+    at: u64,
+    /// Position of the head's first byte.
+    head_start: u64,
+    /// The other direction's position that the segment holding the head's first byte
+    /// acknowledged, when short of what was given of it.
+    head_acked: Option<u64>,
 }
 
 impl DirectionParser {
@@ -959,6 +999,10 @@ impl DirectionParser {
             at_stream_start: true,
             skipping: false,
             head_from_resync: false,
+            given: 0,
+            at: 0,
+            head_start: 0,
+            head_acked: None,
         }
     }
 
@@ -972,6 +1016,12 @@ impl DirectionParser {
         self.head_from_resync = false;
         self.segment_scan = None;
     }
+}
+
+/// What `sent` (a direction's [`HttpConnection::sent_before`]) says of the segment of `mark`.
+fn acked_at(sent: Option<(u64, u64)>, mark: Mark) -> Option<u64> {
+    sent.filter(|&(frame, _)| frame == mark.frame)
+        .map(|(_, acked)| acked)
 }
 
 /// A candidate message head beginning at a segment start inside an undecided head.
@@ -999,6 +1049,8 @@ struct PendingRequest {
     /// A CONNECT request: a 2xx answer turns the connection into a tunnel.
     tunnel: bool,
     complete: Mark,
+    /// Position of its first byte in the client's bytes (data and gaps).
+    start: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1644,6 +1696,7 @@ mod tests {
             _ => 1,
         });
         let mut recorded_at: Option<(Direction, u64)> = None;
+        let mut sent_before: Option<(Direction, u64)> = None;
         for (i, step) in steps.iter().enumerate() {
             let mut mark = mark_of(i);
             if let (Step::Data(dir, _), Some((d, frame))) = (step, recorded_at)
@@ -1651,6 +1704,12 @@ mod tests {
             {
                 mark = Mark::new(frame, i64::try_from(frame).unwrap_or(0) * 1_000);
                 recorded_at = None;
+            }
+            if let (Step::Data(dir, _), Some((d, unacked))) = (step, sent_before)
+                && *dir == d
+            {
+                conn.before_peer(d, mark, unacked);
+                sent_before = None;
             }
             match step {
                 Step::Data(dir, bytes) => match split {
@@ -1681,6 +1740,7 @@ mod tests {
                     }
                     recorded_at = Some((*dir, *frame));
                 }
+                Step::Before(dir, unacked) => sent_before = Some((*dir, *unacked)),
             }
         }
         Outcome {
@@ -2701,6 +2761,41 @@ mod tests {
             ];
             let events = summary(&transcript(&steps).events);
             assert!(events.iter().any(|e| e == answered), "{after}: {events:?}");
+        }
+    }
+
+    #[test]
+    fn an_answer_sent_before_a_request_arrived_does_not_answer_it() {
+        // The server's bytes after its answer to GET /a were lost; GET /b and GET /c went
+        // out, and the next answer was sent when the server had GET /b only (its
+        // acknowledgment stops at GET /c, or inside GET /b). It answers GET /b, whatever the
+        // frames say. Once the server had the start of GET /c, or without the
+        // acknowledgment, the newest request before it takes it.
+        let c = get("/c").len() as u64;
+        for (before, answered) in [
+            (Some(c), "resp 1 200"),
+            (Some(c + 3), "resp 1 200"),
+            (Some(c - 3), "resp 2 200"),
+            (None, "resp 2 200"),
+        ] {
+            let mut steps = vec![
+                data(C, get("/a")),
+                data(S, ok_length("x")),
+                Step::Gap(S, 40),
+                data(C, get("/b")),
+                data(C, get("/c")),
+            ];
+            steps.extend(before.map(|n| Step::Before(S, n)));
+            steps.extend([
+                data(S, ok_length("y")),
+                Step::End(C, StreamEnd::Fin),
+                Step::End(S, StreamEnd::Fin),
+            ]);
+            let events = summary(&transcript(&steps).events);
+            assert!(
+                events.iter().any(|e| e == answered),
+                "{before:?}: {events:?}"
+            );
         }
     }
 

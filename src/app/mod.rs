@@ -308,6 +308,16 @@ impl AppStack {
         }
     }
 
+    /// The next bytes of `dir` were sent before the other direction's last `unacked` bytes
+    /// arrived ([`crate::record::StreamSink::before_peer`]): over HTTP/1 an answer there
+    /// answers no request starting in them. Plaintext HTTP/1 only, as for
+    /// [`AppStack::ahead_of_peer`].
+    pub fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
+        if let AppStack::Http1(h) = self {
+            h.before_peer(dir, mark, unacked);
+        }
+    }
+
     pub fn gap<S: HttpSink>(
         &mut self,
         ctx: AppCtx<'_>,

@@ -63,6 +63,9 @@ pub(crate) enum Step {
     /// The direction's next data was recorded at the frame given (earlier than its place);
     /// `true`: it was sent after every byte of the other direction given so far.
     Late(Direction, u64, bool),
+    /// The direction's next data was sent before the last bytes given of the other one (this
+    /// many) had arrived.
+    Before(Direction, u64),
 }
 
 pub(crate) fn data(dir: Direction, bytes: impl AsRef<[u8]>) -> Step {

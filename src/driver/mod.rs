@@ -679,6 +679,9 @@ impl StreamSink for Bridge<'_> {
     fn after_peer(&mut self, dir: Direction, _mark: Mark) {
         self.app.after_peer(dir);
     }
+    fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
+        self.app.before_peer(dir, mark, unacked);
+    }
     fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
         self.app.ahead_of_peer(dir);
     }
@@ -1513,7 +1516,9 @@ fn analyze_capture<'a>(
                 })
                 .collect();
             drop(handed_tx);
-            let stats = stage.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let stats = stage
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
             (shards, stats)
         })
     };

@@ -772,6 +772,14 @@ impl TcpConnection {
                 // No byte overtakes what its direction holds.
                 self.release_direction(d, usize::MAX, seg.mark, sink);
             }
+            let unacked = self.halves[o].next.saturating_sub(needs);
+            if !seg.payload.is_empty()
+                && needs > 0
+                && (1..=u64::from(UNSEEN_REACH)).contains(&unacked)
+            {
+                // Sent before the peer's last bytes given so far had arrived.
+                sink.before_peer(dir, seg.mark, unacked);
+            }
             let this = &mut self.halves[d];
             this.on_segment(seg, sink);
         }
@@ -834,6 +842,12 @@ impl TcpConnection {
                 sink.ahead_of_peer(self.halves[d].dir, h.mark);
             } else if h.needs > 0 && other.next == h.needs {
                 sink.after_peer(self.halves[d].dir, h.mark);
+            } else if h.needs > 0
+                && !h.payload.is_empty()
+                && (1..=u64::from(UNSEEN_REACH)).contains(&other.next.saturating_sub(h.needs))
+            {
+                // Sent before the peer's last bytes given so far had arrived.
+                sink.before_peer(self.halves[d].dir, h.mark, other.next - h.needs);
             }
             let seg = TcpSegment {
                 seq: h.seq,
@@ -927,6 +941,9 @@ mod tests {
         after: Vec<(Direction, usize)>,
         /// Each `sent_unseen` call: its direction, and the data bytes it had been given.
         unseen: Vec<(Direction, usize)>,
+        /// Each `before_peer` call: its direction, the data bytes the other direction had
+        /// been given, and how many of the other direction's last bytes it came before.
+        before: Vec<(Direction, usize, u64)>,
     }
 
     impl Recorder {
@@ -981,6 +998,9 @@ mod tests {
         }
         fn sent_unseen(&mut self, dir: Direction, _mark: Mark) {
             self.unseen.push((dir, self.given(dir)));
+        }
+        fn before_peer(&mut self, dir: Direction, _mark: Mark, unacked: u64) {
+            self.before.push((dir, self.given(dir.other()), unacked));
         }
     }
 
@@ -1605,6 +1625,29 @@ mod tests {
         // In order, nothing is held and nothing said.
         w.send(Forward, 1013, 5018, "A", b"third");
         assert_eq!(w.rec.after, [(Forward, 3)]);
+    }
+
+    #[test]
+    fn an_answer_sent_before_the_peers_last_bytes_says_how_many() {
+        let mut w = Wire::new(1 << 20);
+        w.handshake();
+        w.send(Reverse, 5001, 1001, "A", b"ask");
+        w.send(Reverse, 5004, 1001, "A", b"more");
+        // Sent when the server had the first three bytes only: said before its bytes, with
+        // the four it had not received.
+        w.send(Forward, 1001, 5004, "A", b"answer");
+        assert_eq!(w.rec.of(Forward), [data(b"answer")]);
+        assert_eq!(w.rec.before, [(Forward, 7, 4)]);
+        // Held for bytes it acknowledges, and let through once they came with one more.
+        w.send(Forward, 1007, 5013, "A", b"second");
+        w.send(Reverse, 5008, 1007, "A", b"again!");
+        assert_eq!(w.rec.of(Forward), [data(b"answersecond")]);
+        assert_eq!(w.rec.before, [(Forward, 7, 4), (Forward, 13, 1)]);
+        // Acknowledging all the peer gave, or carrying nothing, says nothing.
+        w.send(Forward, 1013, 5014, "A", b"third");
+        w.send(Forward, 1018, 5008, "A", b"");
+        assert_eq!(w.rec.before.len(), 2);
+        assert_eq!(w.rec.after, []);
     }
 
     #[test]
