@@ -262,6 +262,12 @@ impl FlowTable {
                     || f.syn_seq.is_some_and(|s| s != p.seq)
                     || f.base_seq[usize::from(src_is_lo != f.forward_is_lo)]
                         .is_some_and(|s| s != p.seq)))
+            // A SYN-ACK starts its sender's sequence numbers: at another number than the
+            // first packet seen from that side, it answers a new SYN (one the capture lost).
+            && !(p.flags.syn
+                && p.flags.ack
+                && f.base_seq[usize::from(src_is_lo != f.forward_is_lo)]
+                    .is_some_and(|s| s != p.seq))
         {
             return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
@@ -529,7 +535,23 @@ mod tests {
             (server, client, 509_001, 501_004, ack, b"200", 1),
             (client, server, 501_004, 509_004, fin, b"", 1),
         ];
-        for (case, steps) in [late_close, lost_handshake].into_iter().enumerate() {
+        // The client's FIN and the new SYN were not captured: the SYN-ACK, at another
+        // number than the server's first, opens the new connection, even within reach of
+        // the old one's numbers; the client's last ACK to the old FIN still fits the old.
+        let lost_syn: &[Step<'_>] = &[
+            (client, server, 1000, 9000, ack, b"0123456789", 0),
+            (server, client, 9000, 1010, ack, b"01234", 0),
+            (server, client, 9005, 1011, fin, b"", 0),
+            (client, server, 1011, 9006, ack, b"", 0),
+            (server, client, 509_000, 501_001, synack, b"", 1),
+            (client, server, 501_001, 509_001, ack, b"", 1),
+            (client, server, 501_001, 509_001, ack, b"GET", 1),
+            (server, client, 509_001, 501_004, ack, b"200", 1),
+        ];
+        for (case, steps) in [late_close, lost_handshake, lost_syn]
+            .into_iter()
+            .enumerate()
+        {
             let mut table = FlowTable::new(100);
             let mut events = Vec::new();
             let mut at = 0;
