@@ -178,6 +178,10 @@ struct HalfStream {
     /// Together they can prove that bytes before the first captured one were sent and lost.
     pre_anchor: Option<u32>,
     pre_acked: Option<u32>,
+    /// The lowest acknowledgment the other side sent before this direction showed a packet:
+    /// the anchor when this direction showed no pure ACK either (its handshake and its
+    /// acknowledgments were lost).
+    pre_first_acked: Option<u32>,
 }
 
 /// Bytes between a mid-connection anchor and the first captured byte taken as lost at most:
@@ -204,6 +208,7 @@ impl HalfStream {
             now: 0,
             pre_anchor: None,
             pre_acked: None,
+            pre_first_acked: None,
         }
     }
 
@@ -231,6 +236,13 @@ impl HalfStream {
                 .is_none_or(|k| ack.wrapping_sub(k) as i32 > 0)
         {
             self.pre_acked = Some(ack);
+        }
+        if !self.started
+            && self
+                .pre_first_acked
+                .is_none_or(|k| (ack.wrapping_sub(k) as i32) < 0)
+        {
+            self.pre_first_acked = Some(ack);
         }
         if !self.started || self.ended {
             return;
@@ -285,13 +297,15 @@ impl HalfStream {
         self.end_if_complete(sink);
     }
 
-    /// In a capture that began mid-connection, before this direction's first captured byte
-    /// (at `first`, if any): the sequence number of its first pure ACK and the other side's
-    /// highest acknowledgment, when the latter is more than one byte past the former (a
+    /// In a capture that began mid-connection (or lost this direction's handshake), before
+    /// this direction's first captured byte (at `first`, if any): the sequence number of its
+    /// first pure ACK (or, without one, the other side's lowest acknowledgment) and the other
+    /// side's highest acknowledgment, when the latter is more than one byte past the former (a
     /// keep-alive probe sits one byte back) and not past `first`. The bytes between were sent
     /// (the peer acknowledged them) and the capture lost them.
     fn lost_before(&self, first: Option<u32>) -> Option<(u32, u32)> {
-        let (anchor, acked) = (self.pre_anchor?, self.pre_acked?);
+        let anchor = self.pre_anchor.or(self.pre_first_acked)?;
+        let acked = self.pre_acked?;
         let span = acked.wrapping_sub(anchor);
         (span > 1
             && span <= MAX_ANCHORED_HOLE
@@ -1160,6 +1174,35 @@ mod tests {
             w.rec.of(Reverse),
             [Event::Gap(450), Event::End(StreamEnd::Rst)]
         );
+    }
+
+    #[test]
+    fn a_server_whose_handshake_and_answer_were_lost_still_shows_the_answer_missing() {
+        // The SYN-ACK and every server packet before its FIN were lost; the client's
+        // acknowledgments went from the server's first byte to past its answer. The FIN,
+        // the first server packet captured, comes after a gap of the answer's size: the
+        // server closed after answering, not without an answer.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Forward, 1001, 5001, "A", b"");
+        w.send(Forward, 1001, 5001, "AP", b"GET");
+        w.send(Forward, 1004, 5177, "A", b"");
+        w.send(Reverse, 5177, 1004, "AF", b"");
+        w.send(Forward, 1004, 5178, "AF", b"");
+        w.send(Reverse, 5178, 1005, "A", b"");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [Event::Gap(176), Event::End(StreamEnd::Fin)]
+        );
+        // Acknowledgments that never moved show nothing lost.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Forward, 1001, 5001, "A", b"");
+        w.send(Forward, 1001, 5001, "AP", b"GET");
+        w.send(Reverse, 5001, 1004, "AF", b"");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::Fin)]);
     }
 
     #[test]
