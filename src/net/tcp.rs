@@ -282,7 +282,16 @@ impl HalfStream {
                         self.start_at(anchor, false);
                         self.acked_to = u64::from(acked.wrapping_sub(anchor));
                     }
-                    None => self.start_at(seg.seq, false),
+                    // Its own pure ACK stood before this segment (by more than a keep-alive
+                    // probe's byte): the bytes between were sent, captured late or not at
+                    // all, and wait as a hole.
+                    None => match self.pre_anchor.filter(|&a| {
+                        let span = seg.seq.wrapping_sub(a);
+                        span > 1 && span <= MAX_ANCHORED_HOLE
+                    }) {
+                        Some(anchor) => self.start_at(anchor, false),
+                        None => self.start_at(seg.seq, false),
+                    },
                 }
             }
             seg.seq
@@ -1203,6 +1212,24 @@ mod tests {
         w.send(Reverse, 5001, 1004, "AF", b"");
         w.finish(StreamEnd::CaptureEnd);
         assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::Fin)]);
+    }
+
+    #[test]
+    fn a_fin_recorded_before_the_answer_it_follows_waits_for_it() {
+        // The SYN-ACK was lost; the server's pure ACK says it stands at its first byte, and
+        // its FIN was recorded before its answer. The answer is read, then the FIN.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Forward, 1001, 5001, "A", b"");
+        w.send(Forward, 1001, 5001, "AP", b"GET");
+        w.send(Reverse, 5001, 1004, "A", b"");
+        w.send(Reverse, 5007, 1004, "AF", b"");
+        w.send(Reverse, 5001, 1004, "AP", b"answer");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [data(b"answer"), Event::End(StreamEnd::Fin)]
+        );
     }
 
     #[test]
