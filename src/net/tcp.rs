@@ -668,6 +668,15 @@ impl HalfStream {
 /// show bytes sent and not captured; further, it is more likely a stray than a loss.
 const UNSEEN_REACH: u32 = 1 << 24;
 
+/// How many of the peer's last bytes given (up to `peer_next`) a segment carrying `payload`
+/// and acknowledging up to `needs` was sent before, when it carries bytes and that is some
+/// but not an implausible number ([`StreamSink::before_peer`]).
+fn unacked_by(payload: &[u8], needs: u64, peer_next: u64) -> Option<u64> {
+    let unacked = peer_next.saturating_sub(needs);
+    (!payload.is_empty() && needs > 0 && (1..=u64::from(UNSEEN_REACH)).contains(&unacked))
+        .then_some(unacked)
+}
+
 /// Reassembly state of one TCP connection, both directions.
 #[derive(Debug)]
 pub struct TcpConnection {
@@ -795,12 +804,7 @@ impl TcpConnection {
                 // No byte overtakes what its direction holds.
                 self.release_direction(d, usize::MAX, seg.mark, sink);
             }
-            let unacked = self.halves[o].next.saturating_sub(needs);
-            if !seg.payload.is_empty()
-                && needs > 0
-                && (1..=u64::from(UNSEEN_REACH)).contains(&unacked)
-            {
-                // Sent before the peer's last bytes given so far had arrived.
+            if let Some(unacked) = unacked_by(seg.payload, needs, self.halves[o].next) {
                 sink.before_peer(dir, seg.mark, unacked);
             }
             let this = &mut self.halves[d];
@@ -865,12 +869,8 @@ impl TcpConnection {
                 sink.ahead_of_peer(self.halves[d].dir, h.mark);
             } else if h.needs > 0 && other.next == h.needs {
                 sink.after_peer(self.halves[d].dir, h.mark);
-            } else if h.needs > 0
-                && !h.payload.is_empty()
-                && (1..=u64::from(UNSEEN_REACH)).contains(&other.next.saturating_sub(h.needs))
-            {
-                // Sent before the peer's last bytes given so far had arrived.
-                sink.before_peer(self.halves[d].dir, h.mark, other.next - h.needs);
+            } else if let Some(unacked) = unacked_by(&h.payload, h.needs, other.next) {
+                sink.before_peer(self.halves[d].dir, h.mark, unacked);
             }
             let seg = TcpSegment {
                 seq: h.seq,
