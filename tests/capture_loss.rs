@@ -649,6 +649,11 @@ fn one_loss(
 ///   FIN recorded before its answer (the answer fell before the stream's start);
 /// - a replay of UUID ids whose Last-Event-ID delivery was lost (the re-sent ids are then a
 ///   `duplicate_delivery` warning, the fact the whole capture calls `replayed`).
+/// - a stream's last event lost, its RST recorded before the client's acknowledgment of it
+///   (the cursor the event delivered was called `cursor_ahead`: the RST's sequence number
+///   shows the bytes were sent);
+/// - a request recorded twice and its answer after the client's next acknowledgment
+///   (`correct` became `rejected`).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -673,6 +678,9 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("gen/verdict-empty.pcap", Loss::Drop, &[2204]),
         ("gen/verdict-empty.pcap", Loss::Mixed, &[3679]),
         ("forensic/replay-uuid-ids.pcap", Loss::Mixed, &[1956]),
+        ("real-tool/loopback-v4.pcap", Loss::Mixed, &[3054, 3731]),
+        ("real-tool/loopback-v4-any.pcap", Loss::Mixed, &[3054, 3731]),
+        ("real/conformance-sse-retry.pcap", Loss::Mixed, &[4361]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

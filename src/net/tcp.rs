@@ -767,6 +767,16 @@ impl TcpConnection {
                 Direction::Forward => (forward, reverse),
                 Direction::Reverse => (reverse, forward),
             };
+            if this.started && !this.ended && this.fin_at.is_none() {
+                // A RST carries its sender's next sequence number: bytes before it were sent,
+                // and those the capture does not hold were lost. One byte short may be a FIN
+                // that was lost rather than a byte, and says nothing.
+                let ahead = this.position(seg.seq) - i128::from(this.next);
+                if ahead > 1 && ahead <= i128::from(UNSEEN_REACH) {
+                    let at = u64::try_from(this.position(seg.seq)).unwrap_or(0);
+                    this.acked_to = this.acked_to.max(at);
+                }
+            }
             this.flush_and_end(StreamEnd::Rst, seg.mark, sink);
             other.flush_and_end(StreamEnd::Rst, seg.mark, sink);
             return;
@@ -1230,6 +1240,28 @@ mod tests {
             w.rec.of(Reverse),
             [data(b"answer"), Event::End(StreamEnd::Fin)]
         );
+    }
+
+    #[test]
+    fn a_reset_past_the_bytes_captured_shows_them_lost() {
+        // The server's last 6 bytes were lost and its RST stands past them: a gap before the
+        // end. A RST one byte past may follow a lost FIN and shows nothing; one at the
+        // position reached shows nothing either.
+        for (rst_seq, expect) in [
+            (
+                5013u32,
+                vec![data(b"answer"), Event::Gap(6), Event::End(StreamEnd::Rst)],
+            ),
+            (5008, vec![data(b"answer"), Event::End(StreamEnd::Rst)]),
+            (5007, vec![data(b"answer"), Event::End(StreamEnd::Rst)]),
+        ] {
+            let mut w = Wire::new(1 << 20);
+            w.handshake();
+            w.send(Forward, 1001, 5001, "AP", b"GET");
+            w.send(Reverse, 5001, 1004, "AP", b"answer");
+            w.send(Reverse, rst_seq, 1004, "AR", b"");
+            assert_eq!(w.rec.of(Reverse), expect, "RST at {rst_seq}");
+        }
     }
 
     #[test]
