@@ -528,12 +528,12 @@ fn is_capture(p: &Path) -> bool {
     )
 }
 
-/// Seeds per kind of loss and capture; `CAPTURE_LOSS_SEEDS` asks for more.
-fn seeds() -> u64 {
-    std::env::var("CAPTURE_LOSS_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6)
+/// Seeds per kind of loss and capture; `CAPTURE_LOSS_SEEDS` asks for more, and
+/// `CAPTURE_LOSS_FROM` skips those below it (to go on where a long run stopped).
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse().ok());
+    let end = var("CAPTURE_LOSS_SEEDS").unwrap_or(6);
+    var("CAPTURE_LOSS_FROM").unwrap_or(0).min(end)..end
 }
 
 #[test]
@@ -576,7 +576,7 @@ fn capture_loss_never_adds_an_accusation() {
         let base = analyze(std::slice::from_ref(&whole), &opts);
         resumes += base.resumes.len();
         for loss in LOSSES {
-            for seed in 0..seeds() {
+            for seed in seeds() {
                 runs += 1;
                 failures.extend(one_loss(path, &whole, &base, &opts, loss, seed));
             }
