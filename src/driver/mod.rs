@@ -1414,6 +1414,19 @@ fn read_packets<'a, D: Dispatch>(
     (last, table)
 }
 
+/// Spawns `f` on a scoped thread called `name`. A thread the system cannot make ends the run
+/// with that reason, as the standard library's `spawn` does.
+fn thread_named<'scope, T: Send + 'scope>(
+    name: &str,
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn_scoped(scope, f)
+        .unwrap_or_else(|e| panic!("cannot start the {name} thread: {e}"))
+}
+
 fn frame_base(member: u64) -> u64 {
     member << crate::record::MEMBER_SHIFT
 }
@@ -1449,7 +1462,8 @@ fn analyze_capture<'a>(
             let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
             let (emptied_tx, emptied): (Vec<Emptied>, Vec<_>) =
                 (0..n).map(|_| mpsc::channel::<Vec<Keyed>>()).unzip();
-            let stage = scope.spawn(move || {
+            // Named threads, so that `top -H`, `perf` and a panic message say which is which.
+            let stage = thread_named("sessions", scope, move || {
                 let mut merger = Merger::new(n, sink);
                 for (w, done, mut events) in handed {
                     merger.take(w, done, &mut events);
@@ -1469,7 +1483,7 @@ fn analyze_capture<'a>(
                 let ignore: Arc<[EndpointFilter]> = opts.ignore.clone().into();
                 let spare_tx = spare_tx.clone();
                 let handed_tx = handed_tx.clone();
-                handles.push(scope.spawn(move || {
+                handles.push(thread_named(&format!("worker {w}"), scope, move || {
                     let mut shard = Shard::new(&limits, keys, ignore);
                     for mut batch in rx {
                         for msg in batch.msgs.drain(..) {
@@ -1821,6 +1835,7 @@ pub fn run<W: Write, E: Write>(
         };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads)
+            .thread_name(|i| format!("input {i}"))
             .build()
             .map_err(std::io::Error::other)?;
         pool.install(|| inputs.par_iter().map(|p| one(p, &per_input)).collect())
