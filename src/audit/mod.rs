@@ -1828,6 +1828,26 @@ fn content_name(kind: ContentKind) -> &'static str {
     }
 }
 
+/// `prefix`, the decimal digits of `n`, then `suffix`: what `format!` makes of them, without
+/// its machinery, for the text nearly every resume's cursor carries.
+fn text_with_number(prefix: &str, mut n: u64, suffix: &str) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut s = String::with_capacity(prefix.len() + digits.len() - at + suffix.len());
+    s.push_str(prefix);
+    s.extend(digits[at..].iter().map(|&d| char::from(d)));
+    s.push_str(suffix);
+    s
+}
+
 /// The last id a stream delivered before `before`, with its text when the summary has it.
 fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<String>)> {
     if let Some(l) = &s.last_id
@@ -1893,9 +1913,10 @@ fn audit_cursor(
         }
         return Cursor {
             status: CursorStatus::Consistent,
-            detail: format!(
-                "Last-Event-ID is the last id delivered on its stream (frame {})",
-                link.fact.mark.frame
+            detail: text_with_number(
+                "Last-Event-ID is the last id delivered on its stream (frame ",
+                link.fact.mark.frame,
+                ")",
             ),
             last_delivered_id: Some(last_event_id.to_string()),
             behind_by: Some(0),
@@ -2525,6 +2546,20 @@ mod tests {
     use super::*;
     use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
+
+    #[test]
+    fn text_with_a_number_is_what_format_writes() {
+        let mut ns = vec![0, 1, 9, 10, 99, 100, 12_345, u64::MAX - 1, u64::MAX];
+        ns.extend((0..20).map(|p| 10u64.pow(p)));
+        ns.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        for n in ns {
+            assert_eq!(
+                text_with_number("at (frame ", n, ")"),
+                format!("at (frame {n})")
+            );
+            assert_eq!(text_with_number("", n, ""), n.to_string());
+        }
+    }
 
     #[test]
     fn the_budget_counts_at_least_what_each_held_record_occupies() {
