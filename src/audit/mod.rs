@@ -711,6 +711,27 @@ fn live_session<'m>(
     live.get_mut(sid).expect("inserted above")
 }
 
+/// Moves `l` to the end of the idle order, as of event count `seq` (or out of it, while it has
+/// open exchanges). True when an entry was added to `idle`.
+fn touch_live(seq: u64, idle: &mut VecDeque<(u64, Arc<str>)>, l: &mut Live) -> bool {
+    let was = l.idle_at.take();
+    if l.open > 0 {
+        return false;
+    }
+    l.idle_at = Some(seq);
+    // A session touched again while it is last (an exchange's open, close and end come one
+    // after the other) keeps its entry.
+    if let Some(back) = idle.back_mut()
+        && was == Some(back.0)
+        && Arc::ptr_eq(&back.1, &l.name)
+    {
+        back.0 = seq;
+        return false;
+    }
+    idle.push_back((seq, l.name.clone()));
+    true
+}
+
 /// Counters of the stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StageStats {
@@ -772,33 +793,20 @@ impl Stage {
         self.unread = true;
     }
 
-    fn session(&mut self, sid: &str) -> &mut Live {
-        live_session(&mut self.live, sid)
-    }
-
     /// Moves a session to the end of the idle order (or out of it, while it has open
     /// exchanges).
     fn touch(&mut self, sid: &str) {
         self.seq += 1;
-        let seq = self.seq;
         let Some(l) = self.live.get_mut(sid) else {
             return;
         };
-        let was = l.idle_at.take();
-        if l.open > 0 {
-            return;
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
         }
-        l.idle_at = Some(seq);
-        // A session touched again while it is last (an exchange's open, close and end come
-        // one after the other) keeps its entry.
-        if let Some(back) = self.idle.back_mut()
-            && was == Some(back.0)
-            && Arc::ptr_eq(&back.1, &l.name)
-        {
-            back.0 = seq;
-            return;
-        }
-        self.idle.push_back((seq, l.name.clone()));
+    }
+
+    /// Drops the stale entries of the idle order once they outnumber the sessions.
+    fn compact_idle(&mut self) {
         if self.idle.len() > 4 * self.live.len() + 1024 {
             let live = &self.live;
             self.idle
@@ -808,20 +816,29 @@ impl Stage {
 
     /// An exchange of session `sid` has begun on connection `key` (its request is seen).
     pub fn opened(&mut self, sid: &str, key: (u64, u32)) {
-        let l = self.session(sid);
+        let l = live_session(&mut self.live, sid);
         l.open += 1;
-        let name = l.name.clone();
-        if let Some(before) = self.open.insert(key, name) {
+        if let Some(before) = self.open.insert(key, l.name.clone()) {
             self.closed(&before);
+            self.touch(sid);
+            return;
         }
-        self.touch(sid);
+        // [`Stage::touch`] on the session at hand, without looking it up again.
+        self.seq += 1;
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
+        }
     }
 
     fn closed(&mut self, sid: &str) {
-        if let Some(l) = self.live.get_mut(sid) {
-            l.open = l.open.saturating_sub(1);
+        self.seq += 1;
+        let Some(l) = self.live.get_mut(sid) else {
+            return;
+        };
+        l.open = l.open.saturating_sub(1);
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
         }
-        self.touch(sid);
     }
 
     /// An exchange is over: its summary (when kept) and its resume (when it is one). `key`
@@ -862,7 +879,15 @@ impl Stage {
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
         let sid = l.name.clone();
         self.held += bytes;
-        self.touch(&sid);
+        // [`Stage::touch`] on the session at hand, without looking it up again.
+        self.seq += 1;
+        let pushed = touch_live(self.seq, &mut self.idle, l);
+        // Whether [`Stage::retire_if_over`] would audit it below: auditing another session
+        // meanwhile leaves this one as it is.
+        let over = l.terminated && l.open == 0;
+        if pushed {
+            self.compact_idle();
+        }
         if full {
             self.stats.sessions_retired_early += 1;
             self.retire(&sid, sink);
@@ -872,7 +897,10 @@ impl Stage {
         {
             self.retire_if_over(s, sink);
         }
-        self.retire_if_over(&sid, sink);
+        // Once audited for being full, it is either gone or held anew with open exchanges.
+        if over && !full {
+            self.retire(&sid, sink);
+        }
         self.enforce(sink);
     }
 
@@ -3065,7 +3093,7 @@ data: "
         let mut st = Stage::new(&Options::default(), Retention::UNBOUNDED);
         for i in 0..50_000u64 {
             let sid = format!("s{}", i % 7);
-            st.session(&sid);
+            live_session(&mut st.live, &sid);
             st.touch(&sid);
             if i % 3 == 0 {
                 st.touch(&sid);
