@@ -116,6 +116,18 @@ pub enum CursorStatus {
     NotSeen,
 }
 
+impl CursorStatus {
+    /// The name the report gives the status (what its `Serialize` writes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CursorStatus::Consistent => "consistent",
+            CursorStatus::Stale => "stale",
+            CursorStatus::Ahead => "ahead",
+            CursorStatus::NotSeen => "not_seen",
+        }
+    }
+}
+
 /// The client's cursor against what the capture shows it was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
@@ -2574,6 +2586,21 @@ mod tests {
     use super::*;
     use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
+
+    #[test]
+    fn cursor_statuses_are_named_as_they_serialize() {
+        for c in [
+            CursorStatus::Consistent,
+            CursorStatus::Stale,
+            CursorStatus::Ahead,
+            CursorStatus::NotSeen,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.as_str())
+            );
+        }
+    }
 
     #[test]
     fn text_with_a_number_is_what_format_writes() {

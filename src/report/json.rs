@@ -134,6 +134,11 @@ static DIGITS: [[u8; 2]; 100] = {
 
 /// The decimal digits of `n`.
 pub fn u64(out: &mut Vec<u8>, mut n: u64) {
+    // A single digit (a count of none, a schema version) is one byte pushed, not a copy.
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     while n >= 100 {

@@ -505,7 +505,7 @@ fn evidence_json(out: &mut Vec<u8>, e: &Evidence) {
 /// A [`Cursor`] as its `Serialize` writes it.
 fn cursor_json(out: &mut Vec<u8>, c: &Cursor) {
     out.extend_from_slice(b"{\"status\":");
-    json::value(out, &c.status);
+    json::str(out, c.status.as_str());
     key!(out, "detail");
     json::str(out, &files::detail_text(&c.detail));
     key!(out, "last_delivered_id");
