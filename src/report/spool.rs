@@ -62,6 +62,8 @@ struct Run {
 /// The lines of one input, their counters and (on request) the notes for a person.
 pub struct Spool {
     input: String,
+    /// `input` as a JSON string.
+    input_json: Vec<u8>,
     memory: usize,
     buf: Vec<u8>,
     slots: Vec<Slot>,
@@ -95,8 +97,11 @@ impl Spool {
 
     /// A spool that moves its lines to a file past `memory` bytes.
     pub fn with_memory(input: &str, human: bool, memory: usize) -> Self {
+        let mut input_json = Vec::with_capacity(input.len() + 2);
+        crate::report::json::str(&mut input_json, input);
         Spool {
             input: input.to_string(),
+            input_json,
             memory,
             buf: Vec::new(),
             slots: Vec::new(),
@@ -486,8 +491,10 @@ impl audit::Sink for Spool {
             self.count_finding(f);
         }
         let from = self.buf.len();
-        let (input, buf) = (&self.input, &mut self.buf);
-        report::files::with_files(self.files.as_ref(), || report::resume_line(buf, input, &r));
+        let (input, buf) = (&self.input_json, &mut self.buf);
+        report::files::with_files(self.files.as_ref(), || {
+            report::resume_line_quoted(buf, input, &r)
+        });
         self.push(from, RESUMES, resume_key(&r), None);
         if let Some(h) = self.human.as_mut() {
             h.resume(r);
