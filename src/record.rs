@@ -177,6 +177,10 @@ impl ResponseHead {
 /// parameters ignored, white space around it ignored as `str::trim` ignores it).
 fn is_event_stream_type(ct: &str) -> bool {
     let bytes = ct.as_bytes();
+    // What servers nearly always send.
+    if bytes.eq_ignore_ascii_case(b"text/event-stream") {
+        return true;
+    }
     let media = &bytes[..bytes.iter().position(|&b| b == b';').unwrap_or(bytes.len())];
     // Ends that are ASCII and not white space (U+000B is white space to `trim`, not to
     // `is_ascii_whitespace`) leave `trim` nothing to take: the media type is compared as it
