@@ -167,14 +167,33 @@ pub struct ResponseHead {
 impl ResponseHead {
     /// True when the media type is `text/event-stream` (case-insensitive, parameters ignored).
     pub fn is_event_stream(&self) -> bool {
-        self.content_type.as_deref().is_some_and(|ct| {
-            ct.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("text/event-stream")
-        })
+        self.content_type
+            .as_deref()
+            .is_some_and(is_event_stream_type)
     }
+}
+
+/// True when the media type of a `Content-Type` value is `text/event-stream` (case-insensitive,
+/// parameters ignored, white space around it ignored as `str::trim` ignores it).
+fn is_event_stream_type(ct: &str) -> bool {
+    let bytes = ct.as_bytes();
+    // What servers nearly always send.
+    if bytes.eq_ignore_ascii_case(b"text/event-stream") {
+        return true;
+    }
+    let media = &bytes[..bytes.iter().position(|&b| b == b';').unwrap_or(bytes.len())];
+    // Ends that are ASCII and not white space (U+000B is white space to `trim`, not to
+    // `is_ascii_whitespace`) leave `trim` nothing to take: the media type is compared as it
+    // is, without walking it as characters.
+    let plain = |b: Option<&u8>| b.is_some_and(|&b| b.is_ascii_graphic());
+    if plain(media.first()) && plain(media.last()) {
+        return media.eq_ignore_ascii_case(b"text/event-stream");
+    }
+    ct.split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("text/event-stream")
 }
 
 /// How a message body ended.
@@ -277,5 +296,54 @@ impl Default for Limits {
             max_sse_field_bytes: 4 << 10,
             max_block_bytes: 16 << 20,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_stream_types_are_told_as_the_split_and_trim_tell_them() {
+        let told = |ct: &str| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("text/event-stream")
+        };
+        let pieces = [
+            "",
+            "text/event-stream",
+            "TEXT/Event-Stream",
+            "text/event-streams",
+            "text/event",
+            "application/json",
+            ";",
+            "; charset=utf-8",
+            " ",
+            "\t",
+            "\u{b}",
+            "\u{c}",
+            "\r\n",
+            "\u{a0}",
+            "\u{3000}",
+            "\u{85}",
+            "é",
+            "\u{7f}",
+            "x",
+            "text/event-stream\u{0}",
+        ];
+        let mut n = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let ct = format!("{a}{b}{c}");
+                    assert_eq!(is_event_stream_type(&ct), told(&ct), "{ct:?}");
+                    n += usize::from(told(&ct));
+                }
+            }
+        }
+        assert!(n > 100);
     }
 }

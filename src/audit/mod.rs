@@ -116,6 +116,18 @@ pub enum CursorStatus {
     NotSeen,
 }
 
+impl CursorStatus {
+    /// The name the report gives the status (what its `Serialize` writes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CursorStatus::Consistent => "consistent",
+            CursorStatus::Stale => "stale",
+            CursorStatus::Ahead => "ahead",
+            CursorStatus::NotSeen => "not_seen",
+        }
+    }
+}
+
 /// The client's cursor against what the capture shows it was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
@@ -711,6 +723,27 @@ fn live_session<'m>(
     live.get_mut(sid).expect("inserted above")
 }
 
+/// Moves `l` to the end of the idle order, as of event count `seq` (or out of it, while it has
+/// open exchanges). True when an entry was added to `idle`.
+fn touch_live(seq: u64, idle: &mut VecDeque<(u64, Arc<str>)>, l: &mut Live) -> bool {
+    let was = l.idle_at.take();
+    if l.open > 0 {
+        return false;
+    }
+    l.idle_at = Some(seq);
+    // A session touched again while it is last (an exchange's open, close and end come one
+    // after the other) keeps its entry.
+    if let Some(back) = idle.back_mut()
+        && was == Some(back.0)
+        && Arc::ptr_eq(&back.1, &l.name)
+    {
+        back.0 = seq;
+        return false;
+    }
+    idle.push_back((seq, l.name.clone()));
+    true
+}
+
 /// Counters of the stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StageStats {
@@ -772,33 +805,20 @@ impl Stage {
         self.unread = true;
     }
 
-    fn session(&mut self, sid: &str) -> &mut Live {
-        live_session(&mut self.live, sid)
-    }
-
     /// Moves a session to the end of the idle order (or out of it, while it has open
     /// exchanges).
     fn touch(&mut self, sid: &str) {
         self.seq += 1;
-        let seq = self.seq;
         let Some(l) = self.live.get_mut(sid) else {
             return;
         };
-        let was = l.idle_at.take();
-        if l.open > 0 {
-            return;
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
         }
-        l.idle_at = Some(seq);
-        // A session touched again while it is last (an exchange's open, close and end come
-        // one after the other) keeps its entry.
-        if let Some(back) = self.idle.back_mut()
-            && was == Some(back.0)
-            && Arc::ptr_eq(&back.1, &l.name)
-        {
-            back.0 = seq;
-            return;
-        }
-        self.idle.push_back((seq, l.name.clone()));
+    }
+
+    /// Drops the stale entries of the idle order once they outnumber the sessions.
+    fn compact_idle(&mut self) {
         if self.idle.len() > 4 * self.live.len() + 1024 {
             let live = &self.live;
             self.idle
@@ -808,20 +828,29 @@ impl Stage {
 
     /// An exchange of session `sid` has begun on connection `key` (its request is seen).
     pub fn opened(&mut self, sid: &str, key: (u64, u32)) {
-        let l = self.session(sid);
+        let l = live_session(&mut self.live, sid);
         l.open += 1;
-        let name = l.name.clone();
-        if let Some(before) = self.open.insert(key, name) {
+        if let Some(before) = self.open.insert(key, l.name.clone()) {
             self.closed(&before);
+            self.touch(sid);
+            return;
         }
-        self.touch(sid);
+        // [`Stage::touch`] on the session at hand, without looking it up again.
+        self.seq += 1;
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
+        }
     }
 
     fn closed(&mut self, sid: &str) {
-        if let Some(l) = self.live.get_mut(sid) {
-            l.open = l.open.saturating_sub(1);
+        self.seq += 1;
+        let Some(l) = self.live.get_mut(sid) else {
+            return;
+        };
+        l.open = l.open.saturating_sub(1);
+        if touch_live(self.seq, &mut self.idle, l) {
+            self.compact_idle();
         }
-        self.touch(sid);
     }
 
     /// An exchange is over: its summary (when kept) and its resume (when it is one). `key`
@@ -862,7 +891,15 @@ impl Stage {
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
         let sid = l.name.clone();
         self.held += bytes;
-        self.touch(&sid);
+        // [`Stage::touch`] on the session at hand, without looking it up again.
+        self.seq += 1;
+        let pushed = touch_live(self.seq, &mut self.idle, l);
+        // Whether [`Stage::retire_if_over`] would audit it below: auditing another session
+        // meanwhile leaves this one as it is.
+        let over = l.terminated && l.open == 0;
+        if pushed {
+            self.compact_idle();
+        }
         if full {
             self.stats.sessions_retired_early += 1;
             self.retire(&sid, sink);
@@ -872,7 +909,10 @@ impl Stage {
         {
             self.retire_if_over(s, sink);
         }
-        self.retire_if_over(&sid, sink);
+        // Once audited for being full, it is either gone or held anew with open exchanges.
+        if over && !full {
+            self.retire(&sid, sink);
+        }
         self.enforce(sink);
     }
 
@@ -1828,6 +1868,26 @@ fn content_name(kind: ContentKind) -> &'static str {
     }
 }
 
+/// `prefix`, the decimal digits of `n`, then `suffix`: what `format!` makes of them, without
+/// its machinery, for the text nearly every resume's cursor carries.
+fn text_with_number(prefix: &str, mut n: u64, suffix: &str) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut s = String::with_capacity(prefix.len() + digits.len() - at + suffix.len());
+    s.push_str(prefix);
+    s.extend(digits[at..].iter().map(|&d| char::from(d)));
+    s.push_str(suffix);
+    s
+}
+
 /// The last id a stream delivered before `before`, with its text when the summary has it.
 fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<String>)> {
     if let Some(l) = &s.last_id
@@ -1893,9 +1953,10 @@ fn audit_cursor(
         }
         return Cursor {
             status: CursorStatus::Consistent,
-            detail: format!(
-                "Last-Event-ID is the last id delivered on its stream (frame {})",
-                link.fact.mark.frame
+            detail: text_with_number(
+                "Last-Event-ID is the last id delivered on its stream (frame ",
+                link.fact.mark.frame,
+                ")",
             ),
             last_delivered_id: Some(last_event_id.to_string()),
             behind_by: Some(0),
@@ -2527,6 +2588,35 @@ mod tests {
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
 
     #[test]
+    fn cursor_statuses_are_named_as_they_serialize() {
+        for c in [
+            CursorStatus::Consistent,
+            CursorStatus::Stale,
+            CursorStatus::Ahead,
+            CursorStatus::NotSeen,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn text_with_a_number_is_what_format_writes() {
+        let mut ns = vec![0, 1, 9, 10, 99, 100, 12_345, u64::MAX - 1, u64::MAX];
+        ns.extend((0..20).map(|p| 10u64.pow(p)));
+        ns.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        for n in ns {
+            assert_eq!(
+                text_with_number("at (frame ", n, ")"),
+                format!("at (frame {n})")
+            );
+            assert_eq!(text_with_number("", n, ""), n.to_string());
+        }
+    }
+
+    #[test]
     fn the_budget_counts_at_least_what_each_held_record_occupies() {
         assert!(HELD_EXCHANGE >= std::mem::size_of::<ExchangeSummary>());
         assert!(HELD_STREAM >= std::mem::size_of::<StreamSummary>());
@@ -3030,7 +3120,7 @@ data: "
         let mut st = Stage::new(&Options::default(), Retention::UNBOUNDED);
         for i in 0..50_000u64 {
             let sid = format!("s{}", i % 7);
-            st.session(&sid);
+            live_session(&mut st.live, &sid);
             st.touch(&sid);
             if i % 3 == 0 {
                 st.touch(&sid);

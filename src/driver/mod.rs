@@ -19,7 +19,7 @@
 //!   member `n` is numbered `n << MEMBER_SHIFT | its own number` ([`crate::record`]), so
 //!   frames keep growing in reading order and a lone file's numbers are its own.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -697,8 +697,9 @@ struct Shard {
     events: Vec<Keyed>,
     /// The input is over: what connections give now is keyed [`END_OF_INPUT`].
     finishing: bool,
-    /// Hashes of the session ids seen.
-    sessions: BTreeSet<u64>,
+    /// Hashes of the session ids seen (in no order: the report counts them). Every closed
+    /// connection adds its own, mostly ones seen before.
+    sessions: HashSet<u64, FoldHashKey>,
     stats: InputStats,
     /// Connections dropped as unreadable before they ended: their later bytes are still
     /// counted, and they are accounted for when they end.
@@ -749,7 +750,7 @@ impl Shard {
             conns: HashMap::with_hasher(FoldHashKey::default()),
             events: Vec::new(),
             finishing: false,
-            sessions: BTreeSet::new(),
+            sessions: HashSet::with_hasher(FoldHashKey::default()),
             stats: InputStats::default(),
             unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,

@@ -134,6 +134,11 @@ static DIGITS: [[u8; 2]; 100] = {
 
 /// The decimal digits of `n`.
 pub fn u64(out: &mut Vec<u8>, mut n: u64) {
+    // A single digit (a count of none, a schema version) is one byte pushed, not a copy.
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     while n >= 100 {
@@ -178,13 +183,16 @@ pub fn time_text(out: &mut Vec<u8>, time_ns: i64) {
     let frac = micros.rem_euclid(1_000_000) as u32;
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400) as u32;
-    let (year, month, day) = civil_from_days(days);
-    // Every i64 nanosecond is in the years 1677 to 2262: four digits.
-    let year = year as u32;
-    let [y0, y1] = two(year / 100);
-    let [y2, y3] = two(year % 100);
-    let [mo0, mo1] = two(month);
-    let [d0, d1] = two(day);
+    // The times of one capture fall on a few days: the last day's text is kept.
+    let [y0, y1, y2, y3, _, mo0, mo1, _, d0, d1] = LAST_DAY.with(|last| {
+        let (day, text) = last.get();
+        if day == Some(days) {
+            return text;
+        }
+        let text = date_text(days);
+        last.set((Some(days), text));
+        text
+    });
     let [h0, h1] = two(sod / 3600);
     let [mi0, mi1] = two(sod / 60 % 60);
     let [s0, s1] = two(sod % 60);
@@ -195,6 +203,24 @@ pub fn time_text(out: &mut Vec<u8>, time_ns: i64) {
         y0, y1, y2, y3, b'-', mo0, mo1, b'-', d0, d1, b'T', h0, h1, b':', mi0, mi1, b':', s0, s1,
         b'.', f0, f1, f2, f3, f4, f5, b'Z',
     ]);
+}
+
+thread_local! {
+    /// The day [`time_text`] wrote last, and its date's text.
+    static LAST_DAY: std::cell::Cell<(Option<i64>, [u8; 10])> =
+        const { std::cell::Cell::new((None, [0; 10])) };
+}
+
+/// `YYYY-MM-DD` of a day counted from 1970-01-01.
+fn date_text(days: i64) -> [u8; 10] {
+    let (year, month, day) = civil_from_days(days);
+    // Every i64 nanosecond is in the years 1677 to 2262: four digits.
+    let year = year as u32;
+    let [y0, y1] = two(year / 100);
+    let [y2, y3] = two(year % 100);
+    let [mo0, mo1] = two(month);
+    let [d0, d1] = two(day);
+    [y0, y1, y2, y3, b'-', mo0, mo1, b'-', d0, d1]
 }
 
 /// The proleptic Gregorian date of a day counted from 1970-01-01.

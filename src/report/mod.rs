@@ -212,10 +212,18 @@ fn cited(har: bool, m: Mark) -> (Option<u64>, Option<String>) {
 
 /// Appends one resume record's JSON line, newline included (what [`write_resume`] writes).
 pub(crate) fn resume_line(out: &mut Vec<u8>, input: &str, r: &ResumeRecord) {
+    let mut quoted = Vec::with_capacity(input.len() + 2);
+    json::str(&mut quoted, input);
+    resume_line_quoted(out, &quoted, r);
+}
+
+/// [`resume_line`], with the input's name given as its JSON string: the lines of one input
+/// all name it, and it is escaped once for them all.
+pub(crate) fn resume_line_quoted(out: &mut Vec<u8>, input_json: &[u8], r: &ResumeRecord) {
     // HAR records cite entries, not frames: their marks carry the entry index.
     let har = r.connection.har_entry.is_some();
     out.extend_from_slice(b"{\"type\":\"resume\",\"input\":");
-    json::str(out, input);
+    out.extend_from_slice(input_json);
     key!(out, "session_id");
     json::opt_str(out, r.session_id.as_deref());
     key!(out, "verdict");
@@ -505,7 +513,7 @@ fn evidence_json(out: &mut Vec<u8>, e: &Evidence) {
 /// A [`Cursor`] as its `Serialize` writes it.
 fn cursor_json(out: &mut Vec<u8>, c: &Cursor) {
     out.extend_from_slice(b"{\"status\":");
-    json::value(out, &c.status);
+    json::str(out, c.status.as_str());
     key!(out, "detail");
     json::str(out, &files::detail_text(&c.detail));
     key!(out, "last_delivered_id");

@@ -62,6 +62,8 @@ struct Run {
 /// The lines of one input, their counters and (on request) the notes for a person.
 pub struct Spool {
     input: String,
+    /// `input` as a JSON string.
+    input_json: Vec<u8>,
     memory: usize,
     buf: Vec<u8>,
     slots: Vec<Slot>,
@@ -95,8 +97,11 @@ impl Spool {
 
     /// A spool that moves its lines to a file past `memory` bytes.
     pub fn with_memory(input: &str, human: bool, memory: usize) -> Self {
+        let mut input_json = Vec::with_capacity(input.len() + 2);
+        crate::report::json::str(&mut input_json, input);
         Spool {
             input: input.to_string(),
+            input_json,
             memory,
             buf: Vec::new(),
             slots: Vec::new(),
@@ -262,7 +267,10 @@ impl<W: Write> Write for Counted<W> {
 /// A run entry: section, four key words, text (length, or `u32::MAX` for none), sequence,
 /// line length, line.
 fn write_entry<W: Write + ?Sized>(out: &mut W, key: &SortKey, line: &[u8]) -> std::io::Result<()> {
-    let mut head = [0u8; 37];
+    // Head and tail in one buffer, written in one piece when no text comes between them
+    // (resumes have none).
+    let mut fixed = [0u8; ENTRY_HEAD + ENTRY_TAIL];
+    let (head, tail) = fixed.split_at_mut(ENTRY_HEAD);
     head[0] = key.section;
     for (to, w) in head[1..33].chunks_exact_mut(8).zip(key.words) {
         to.copy_from_slice(&w.to_le_bytes());
@@ -278,15 +286,23 @@ fn write_entry<W: Write + ?Sized>(out: &mut W, key: &SortKey, line: &[u8]) -> st
             &[]
         }
     };
-    out.write_all(&head)?;
-    out.write_all(text)?;
-    let mut tail = [0u8; 12];
     tail[..8].copy_from_slice(&key.seq.to_le_bytes());
     let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
     tail[8..].copy_from_slice(&len.to_le_bytes());
-    out.write_all(&tail)?;
+    if text.is_empty() {
+        out.write_all(&fixed)?;
+    } else {
+        out.write_all(&fixed[..ENTRY_HEAD])?;
+        out.write_all(text)?;
+        out.write_all(&fixed[ENTRY_HEAD..])?;
+    }
     out.write_all(line)
 }
+
+/// Bytes of an entry before its text: section, four key words, text length.
+const ENTRY_HEAD: usize = 37;
+/// Bytes of an entry between its text and its line: sequence, line length.
+const ENTRY_TAIL: usize = 12;
 
 /// Appends to the file at its own place, whatever reads happen in between.
 struct TailWriter<'f> {
@@ -376,26 +392,23 @@ impl RunReader {
         Ok(b)
     }
 
-    fn u32(&mut self, f: &File) -> std::io::Result<u32> {
-        self.array(f).map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self, f: &File) -> std::io::Result<u64> {
-        self.array(f).map(u64::from_le_bytes)
-    }
-
     /// The next entry's key, or `None` at the end of the run; its line is [`RunReader::line`]
     /// until the next call.
     fn next(&mut self, f: &File) -> std::io::Result<Option<SortKey>> {
         if !self.fill(f, 1)? {
             return Ok(None);
         }
-        let section = self.take(1)[0];
-        let mut words = [0u64; 4];
-        for w in &mut words {
-            *w = self.u64(f)?;
-        }
-        let text = match self.u32(f)? {
+        // The fixed parts of an entry are taken whole: field by field, each asked for its
+        // bytes to be there.
+        let head: [u8; ENTRY_HEAD] = self.array(f)?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&head[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let section = head[0];
+        let words = [word(1), word(9), word(17), word(25)];
+        let text = match u32::from_le_bytes([head[33], head[34], head[35], head[36]]) {
             u32::MAX => None,
             n => {
                 let n = n as usize;
@@ -406,8 +419,11 @@ impl RunReader {
                 Some(t.into_boxed_str())
             }
         };
-        let seq = self.u64(f)?;
-        let len = self.u32(f)? as usize;
+        let tail: [u8; ENTRY_TAIL] = self.array(f)?;
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&tail[..8]);
+        let seq = u64::from_le_bytes(seq);
+        let len = u32::from_le_bytes([tail[8], tail[9], tail[10], tail[11]]) as usize;
         if !self.fill(f, len)? {
             return Err(damaged());
         }
@@ -475,8 +491,10 @@ impl audit::Sink for Spool {
             self.count_finding(f);
         }
         let from = self.buf.len();
-        let (input, buf) = (&self.input, &mut self.buf);
-        report::files::with_files(self.files.as_ref(), || report::resume_line(buf, input, &r));
+        let (input, buf) = (&self.input_json, &mut self.buf);
+        report::files::with_files(self.files.as_ref(), || {
+            report::resume_line_quoted(buf, input, &r)
+        });
         self.push(from, RESUMES, resume_key(&r), None);
         if let Some(h) = self.human.as_mut() {
             h.resume(r);
