@@ -23,14 +23,16 @@ use crate::exchange::ResumeRecord;
 use crate::report::{self, HumanNotes, Summary};
 
 /// Bytes of lines gathered in memory before they are sorted and moved to the file as a run.
-/// With [`MERGE_FAN_IN`], reports up to 512 MiB are merged in one pass (a reconnect storm of
-/// 256 MiB writes a report of about that size; each extra pass copies all of it twice more).
-pub const SPOOL_MEMORY: usize = 4 << 20;
-/// Runs merged at once (each reads [`RUN_READ_AHEAD`] ahead: 4 MiB in all); more are first
-/// merged into longer runs.
-pub const MERGE_FAN_IN: usize = 128;
+/// The run is resident at the peak of a long input, beside the session stage's state, so it
+/// is kept small; with [`MERGE_FAN_IN`], reports up to 512 MiB are still merged in one pass (a
+/// reconnect storm of 256 MiB writes a report of about that size; each extra pass copies all
+/// of it twice more).
+pub const SPOOL_MEMORY: usize = 1 << 20;
+/// Runs merged at once (each reads [`RUN_READ_AHEAD`] ahead: 4 MiB in all, once the session
+/// stage's state is gone); more are first merged into longer runs.
+pub const MERGE_FAN_IN: usize = 512;
 /// Bytes read ahead from each run while merging.
-const RUN_READ_AHEAD: usize = 32 << 10;
+const RUN_READ_AHEAD: usize = 8 << 10;
 /// Bytes gathered before each write of a run to the file.
 const RUN_WRITE_BUFFER: usize = 256 << 10;
 
@@ -609,10 +611,12 @@ mod tests {
     fn many_runs_are_merged_in_rounds_with_the_same_result() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let report = analyze_path(&root.join("fixtures/gen/mixed.pcap"), &Options::default());
+        // Enough rounds for more than two merges of MERGE_FAN_IN runs before the last one.
+        let rounds = (2 * MERGE_FAN_IN).div_ceil(report.resumes.len()) + 1;
         let feed = |s: &mut Spool| {
             // The same records many times over, in a scrambled order: ties keep the order
             // they came in.
-            for round in 0..40 {
+            for round in 0..rounds {
                 let mut rs = report.resumes.clone();
                 if round % 2 == 1 {
                     rs.reverse();
@@ -632,7 +636,7 @@ mod tests {
         assert!(a == b);
         assert_eq!(
             String::from_utf8(b).unwrap().lines().count(),
-            40 * report.resumes.len()
+            rounds * report.resumes.len()
         );
     }
 
