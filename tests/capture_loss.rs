@@ -654,6 +654,9 @@ fn one_loss(
 ///   shows the bytes were sent);
 /// - a request recorded twice and its answer after the client's next acknowledgment
 ///   (`correct` became `rejected`).
+/// - a stream's last event lost with every later packet of its connection, the client's
+///   resume on a new connection naming that event (`cursor_ahead`: the stream showed no end,
+///   so its last bytes may have been lost without a trace).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -681,6 +684,8 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("real-tool/loopback-v4.pcap", Loss::Mixed, &[3054, 3731]),
         ("real-tool/loopback-v4-any.pcap", Loss::Mixed, &[3054, 3731]),
         ("real/conformance-sse-retry.pcap", Loss::Mixed, &[4361]),
+        ("forensic/shape-event-n.pcap", Loss::Mixed, &[17665]),
+        ("forensic/shape-request-streams.pcap", Loss::Mixed, &[17665]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

@@ -492,6 +492,26 @@ impl<'a> SessionIndex<'a> {
             .find(|&j| j != except && xs[j].start().frame < before)
     }
 
+    /// An event stream of the session, other than `except`, that began before frame `before`
+    /// and whose end the capture does not show (still open when the capture ended, no longer
+    /// followed, or not readable to its end): its last bytes may have been lost without a
+    /// trace, since no later packet of its connection stands past them.
+    fn open_before(&self, xs: &[ExchangeSummary], before: u64, except: usize) -> Option<usize> {
+        self.members.iter().copied().find(|&j| {
+            j != except
+                && xs[j].event_stream
+                && xs[j].start().frame < before
+                && !matches!(
+                    xs[j].end,
+                    Some((
+                        BodyEnd::Complete | BodyEnd::Reset { .. } | BodyEnd::GoneAway { .. },
+                        _
+                    ))
+                )
+                && !matches!(xs[j].end, Some((BodyEnd::Stream(e), _)) if e.seen_on_wire())
+        })
+    }
+
     /// The capture holds the session from its start: an exchange before frame `before` began
     /// it.
     fn start_seen(&self, xs: &[ExchangeSummary], before: u64) -> bool {
@@ -2015,6 +2035,23 @@ fn audit_cursor(
                 last_delivered_id: Some(text),
                 behind_by: None,
                 cites: vec![cite(&xs[l], "capture_loss", xs[l].start())],
+            };
+        }
+        if order == Some(Ordering::Greater)
+            && let Some(o) = ix.open_before(xs, before, xi)
+        {
+            return Cursor {
+                status: CursorStatus::NotSeen,
+                detail: format!(
+                    "Last-Event-ID was not seen delivered, and the capture does not show the end \
+                     of the session's event stream from frame {}: it may have been delivered in \
+                     its last bytes (the highest comparable id seen is {text}, frame {})",
+                    xs[o].start().frame,
+                    mark.frame
+                ),
+                last_delivered_id: Some(text),
+                behind_by: None,
+                cites: vec![cite(&xs[o], "stream_without_end", xs[o].start())],
             };
         }
         if ix.unread {
