@@ -1317,46 +1317,74 @@ impl HeadFacts {
     fn from_headers(headers: &[httparse::Header<'_>]) -> HeadFacts {
         let mut facts = HeadFacts::default();
         for header in headers {
-            let name = header.name;
+            let name = header.name.as_bytes();
             let value = header.value;
-            if name.eq_ignore_ascii_case("content-length") {
-                facts.content_length = facts.content_length.add_field(value);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                let last = value
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                    // `identity` (obsolete) frames nothing.
-                    .rfind(|coding| {
-                        !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
-                    });
-                if let Some(coding) = last {
-                    facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+            // The length picks the one or two names a header can be; only those are compared.
+            match name.len() {
+                14 if name_is(name, b"content-length") => {
+                    facts.content_length = facts.content_length.add_field(value);
                 }
-            } else if name.eq_ignore_ascii_case("content-encoding") {
-                let value = text(value);
-                match &mut facts.content_encoding {
-                    Some(all) => {
-                        all.push_str(", ");
-                        all.push_str(&value);
+                14 if name_is(name, b"mcp-session-id") => {
+                    facts.session_id.get_or_insert_with(|| text(value));
+                }
+                17 if name_is(name, b"transfer-encoding") => {
+                    let last = value
+                        .split(|&b| b == b',')
+                        .map(<[u8]>::trim_ascii)
+                        // `identity` (obsolete) frames nothing.
+                        .rfind(|coding| {
+                            !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
+                        });
+                    if let Some(coding) = last {
+                        facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
                     }
-                    None => facts.content_encoding = Some(value),
                 }
-            } else if name.eq_ignore_ascii_case("content-type") {
-                facts.content_type.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("mcp-session-id") {
-                facts.session_id.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("last-event-id") {
-                facts.last_event_id.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
-                facts.protocol_version.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("upgrade") {
-                facts.upgrade_h2c |= value
-                    .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                16 if name_is(name, b"content-encoding") => {
+                    let value = text(value);
+                    match &mut facts.content_encoding {
+                        Some(all) => {
+                            all.push_str(", ");
+                            all.push_str(&value);
+                        }
+                        None => facts.content_encoding = Some(value),
+                    }
+                }
+                12 if name_is(name, b"content-type") => {
+                    facts.content_type.get_or_insert_with(|| text(value));
+                }
+                13 if name_is(name, b"last-event-id") => {
+                    facts.last_event_id.get_or_insert_with(|| text(value));
+                }
+                20 if name_is(name, b"mcp-protocol-version") => {
+                    facts.protocol_version.get_or_insert_with(|| text(value));
+                }
+                7 if name_is(name, b"upgrade") => {
+                    facts.upgrade_h2c |= value
+                        .split(|&b| b == b',')
+                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                }
+                _ => {}
             }
         }
         facts
     }
+}
+
+/// Whether `name` is `lower` (lowercase letters and other bytes) whatever the case of its
+/// letters: `eq_ignore_ascii_case`, on every byte at once. A byte under a letter of `lower`
+/// is that letter once ORed with 0x20 only if it is the letter in either case; any other byte
+/// must be equal.
+#[inline(always)]
+fn name_is<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
+    let Ok(name) = <&[u8; N]>::try_from(name) else {
+        return false;
+    };
+    let mut differ = 0;
+    for (&b, &l) in name.iter().zip(lower) {
+        let fold = if l.is_ascii_lowercase() { 0x20 } else { 0 };
+        differ |= (b | fold) ^ l;
+    }
+    differ == 0
 }
 
 fn text(value: &[u8]) -> String {
@@ -1679,6 +1707,42 @@ mod tests {
 
     const C: Direction = Direction::Forward;
     const S: Direction = Direction::Reverse;
+
+    /// `name_is` answers as `eq_ignore_ascii_case` for every byte at every position of every
+    /// name the head facts look for, in either case, and for names a byte longer or shorter.
+    #[test]
+    fn name_is_matches_eq_ignore_ascii_case() {
+        fn check<const N: usize>(lower: &[u8; N]) {
+            let cased = [lower.to_vec(), lower.to_ascii_uppercase()];
+            for base in &cased {
+                assert!(name_is(base, lower));
+                for i in 0..N {
+                    for b in 0..=255u8 {
+                        let mut name = base.clone();
+                        name[i] = b;
+                        assert_eq!(
+                            name_is(&name, lower),
+                            name.eq_ignore_ascii_case(lower),
+                            "{:?} at {i}",
+                            String::from_utf8_lossy(&name)
+                        );
+                    }
+                }
+                assert!(!name_is(&base[1..], lower));
+                let mut longer = base.clone();
+                longer.push(b'x');
+                assert!(!name_is(&longer, lower));
+            }
+        }
+        check(b"content-length");
+        check(b"mcp-session-id");
+        check(b"transfer-encoding");
+        check(b"content-encoding");
+        check(b"content-type");
+        check(b"last-event-id");
+        check(b"mcp-protocol-version");
+        check(b"upgrade");
+    }
 
     #[derive(Debug, PartialEq, Eq)]
     struct Outcome {
