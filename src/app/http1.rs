@@ -1150,6 +1150,56 @@ impl StartLineScan {
     }
 
     fn feed(&mut self, bytes: &[u8]) -> ScanOutcome {
+        if *self == StartLineScan::new()
+            && let Some(outcome) = self.whole_start(bytes)
+        {
+            return outcome;
+        }
+        self.feed_each(bytes)
+    }
+
+    /// From a fresh scan, a start line whose bytes up to `HTTP/1.` all lie in `bytes`, read by
+    /// searches instead of byte by byte: the outcome [`Self::feed_each`] gives, with the state
+    /// it leaves. `None` (the state untouched) for anything else, which is left to it.
+    fn whole_start(&mut self, bytes: &[u8]) -> Option<ScanOutcome> {
+        let last = VERSION_PREFIX.len() as u8 - 1;
+        if bytes.starts_with(VERSION_PREFIX) {
+            // The status line's test ends at the prefix's last byte; a method would have
+            // ended at its `/`.
+            *self = StartLineScan {
+                status: Some(last),
+                request: RequestLineScan::Dead,
+            };
+            return Some(ScanOutcome::Start(MessageKind::Response));
+        }
+        // Any first byte but `H` rules the status line out at once.
+        if bytes.first() == Some(&b'H') {
+            return None;
+        }
+        let method = bytes
+            .iter()
+            .take(usize::from(MAX_METHOD_LEN) + 1)
+            .position(|&b| !is_token_byte(b))?;
+        if method == 0 || bytes.get(method) != Some(&b' ') {
+            return None;
+        }
+        let target = bytes.get(method + 1..)?;
+        let end = memchr::memchr3(b' ', b'\r', b'\n', target)?;
+        if end == 0 || target.get(end) != Some(&b' ') {
+            return None;
+        }
+        if !target.get(end + 1..)?.starts_with(VERSION_PREFIX) {
+            return None;
+        }
+        *self = StartLineScan {
+            status: None,
+            request: RequestLineScan::Version(last),
+        };
+        Some(ScanOutcome::Start(MessageKind::Request))
+    }
+
+    /// The scan, one byte at a time.
+    fn feed_each(&mut self, bytes: &[u8]) -> ScanOutcome {
         let mut i = 0;
         while let Some(&b) = bytes.get(i) {
             if let Some(n) = self.status {
@@ -3198,6 +3248,65 @@ mod tests {
             assert_eq!(scan.feed(b), ScanOutcome::NeedMore);
         }
         assert_eq!(scan.feed(b"."), ScanOutcome::Start(MessageKind::Request));
+    }
+
+    /// From a fresh scan, `feed` (which may take the whole start line at once) gives the
+    /// outcome and leaves the state that the byte-by-byte scan does, for start lines and
+    /// near misses cut at every byte.
+    #[test]
+    fn start_line_at_once_answers_as_byte_by_byte() {
+        let mut lines: Vec<Vec<u8>> = [
+            &b"GET /mcp HTTP/1.1\r\n"[..],
+            b"POST /mcp?x=1 HTTP/1.0\r\n",
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.0 404 x\n",
+            b"HEAD / HTTP/1.1\r\n",
+            b"HTTP /x HTTP/1.1\r\n",
+            b"HTTP/2 200\r\n",
+            b"GET / HTTP/2.0\r\n",
+            b"GET  / HTTP/1.1\r\n",
+            b"GET /a\r\n HTTP/1.1",
+            b"GET /a\nb HTTP/1.1",
+            b" GET / HTTP/1.1",
+            b"G@T / HTTP/1.1",
+            b"GET / HTTP/1,1",
+            b"GET / HTTP/1.1 HTTP/1.1",
+            b"GET /a b HTTP/1.1",
+            b"get / http/1.1",
+            b"data: x\n",
+            b"\x16\x03\x01",
+            b"",
+        ]
+        .iter()
+        .map(|l| l.to_vec())
+        .collect();
+        for n in 30..36 {
+            let mut line = vec![b'M'; n];
+            line.extend_from_slice(b" /x HTTP/1.1\r\n");
+            lines.push(line);
+        }
+        let mut rng = XorShift(7);
+        let alphabet = b"GETHP /1.\r\nx";
+        for _ in 0..20_000 {
+            let len = (rng.next() % 24) as usize;
+            let line = (0..len)
+                .map(|_| alphabet[(rng.next() % alphabet.len() as u64) as usize])
+                .collect();
+            lines.push(line);
+        }
+        for line in &lines {
+            for cut in 0..=line.len() {
+                let bytes = &line[..cut];
+                let mut fast = StartLineScan::new();
+                let mut each = StartLineScan::new();
+                assert_eq!(
+                    (fast.feed(bytes), fast),
+                    (each.feed_each(bytes), each),
+                    "{:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
     }
 
     #[test]
