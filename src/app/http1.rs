@@ -1150,6 +1150,56 @@ impl StartLineScan {
     }
 
     fn feed(&mut self, bytes: &[u8]) -> ScanOutcome {
+        if *self == StartLineScan::new()
+            && let Some(outcome) = self.whole_start(bytes)
+        {
+            return outcome;
+        }
+        self.feed_each(bytes)
+    }
+
+    /// From a fresh scan, a start line whose bytes up to `HTTP/1.` all lie in `bytes`, read by
+    /// searches instead of byte by byte: the outcome [`Self::feed_each`] gives, with the state
+    /// it leaves. `None` (the state untouched) for anything else, which is left to it.
+    fn whole_start(&mut self, bytes: &[u8]) -> Option<ScanOutcome> {
+        let last = VERSION_PREFIX.len() as u8 - 1;
+        if bytes.starts_with(VERSION_PREFIX) {
+            // The status line's test ends at the prefix's last byte; a method would have
+            // ended at its `/`.
+            *self = StartLineScan {
+                status: Some(last),
+                request: RequestLineScan::Dead,
+            };
+            return Some(ScanOutcome::Start(MessageKind::Response));
+        }
+        // Any first byte but `H` rules the status line out at once.
+        if bytes.first() == Some(&b'H') {
+            return None;
+        }
+        let method = bytes
+            .iter()
+            .take(usize::from(MAX_METHOD_LEN) + 1)
+            .position(|&b| !is_token_byte(b))?;
+        if method == 0 || bytes.get(method) != Some(&b' ') {
+            return None;
+        }
+        let target = bytes.get(method + 1..)?;
+        let end = memchr::memchr3(b' ', b'\r', b'\n', target)?;
+        if end == 0 || target.get(end) != Some(&b' ') {
+            return None;
+        }
+        if !target.get(end + 1..)?.starts_with(VERSION_PREFIX) {
+            return None;
+        }
+        *self = StartLineScan {
+            status: None,
+            request: RequestLineScan::Version(last),
+        };
+        Some(ScanOutcome::Start(MessageKind::Request))
+    }
+
+    /// The scan, one byte at a time.
+    fn feed_each(&mut self, bytes: &[u8]) -> ScanOutcome {
         let mut i = 0;
         while let Some(&b) = bytes.get(i) {
             if let Some(n) = self.status {
@@ -1317,46 +1367,74 @@ impl HeadFacts {
     fn from_headers(headers: &[httparse::Header<'_>]) -> HeadFacts {
         let mut facts = HeadFacts::default();
         for header in headers {
-            let name = header.name;
+            let name = header.name.as_bytes();
             let value = header.value;
-            if name.eq_ignore_ascii_case("content-length") {
-                facts.content_length = facts.content_length.add_field(value);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                let last = value
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                    // `identity` (obsolete) frames nothing.
-                    .rfind(|coding| {
-                        !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
-                    });
-                if let Some(coding) = last {
-                    facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
+            // The length picks the one or two names a header can be; only those are compared.
+            match name.len() {
+                14 if name_is(name, b"content-length") => {
+                    facts.content_length = facts.content_length.add_field(value);
                 }
-            } else if name.eq_ignore_ascii_case("content-encoding") {
-                let value = text(value);
-                match &mut facts.content_encoding {
-                    Some(all) => {
-                        all.push_str(", ");
-                        all.push_str(&value);
+                14 if name_is(name, b"mcp-session-id") => {
+                    facts.session_id.get_or_insert_with(|| text(value));
+                }
+                17 if name_is(name, b"transfer-encoding") => {
+                    let last = value
+                        .split(|&b| b == b',')
+                        .map(<[u8]>::trim_ascii)
+                        // `identity` (obsolete) frames nothing.
+                        .rfind(|coding| {
+                            !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
+                        });
+                    if let Some(coding) = last {
+                        facts.transfer_chunked = Some(coding.eq_ignore_ascii_case(b"chunked"));
                     }
-                    None => facts.content_encoding = Some(value),
                 }
-            } else if name.eq_ignore_ascii_case("content-type") {
-                facts.content_type.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("mcp-session-id") {
-                facts.session_id.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("last-event-id") {
-                facts.last_event_id.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("mcp-protocol-version") {
-                facts.protocol_version.get_or_insert_with(|| text(value));
-            } else if name.eq_ignore_ascii_case("upgrade") {
-                facts.upgrade_h2c |= value
-                    .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                16 if name_is(name, b"content-encoding") => {
+                    let value = text(value);
+                    match &mut facts.content_encoding {
+                        Some(all) => {
+                            all.push_str(", ");
+                            all.push_str(&value);
+                        }
+                        None => facts.content_encoding = Some(value),
+                    }
+                }
+                12 if name_is(name, b"content-type") => {
+                    facts.content_type.get_or_insert_with(|| text(value));
+                }
+                13 if name_is(name, b"last-event-id") => {
+                    facts.last_event_id.get_or_insert_with(|| text(value));
+                }
+                20 if name_is(name, b"mcp-protocol-version") => {
+                    facts.protocol_version.get_or_insert_with(|| text(value));
+                }
+                7 if name_is(name, b"upgrade") => {
+                    facts.upgrade_h2c |= value
+                        .split(|&b| b == b',')
+                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                }
+                _ => {}
             }
         }
         facts
     }
+}
+
+/// Whether `name` is `lower` (lowercase letters and other bytes) whatever the case of its
+/// letters: `eq_ignore_ascii_case`, on every byte at once. A byte under a letter of `lower`
+/// is that letter once ORed with 0x20 only if it is the letter in either case; any other byte
+/// must be equal.
+#[inline(always)]
+fn name_is<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
+    let Ok(name) = <&[u8; N]>::try_from(name) else {
+        return false;
+    };
+    let mut differ = 0;
+    for (&b, &l) in name.iter().zip(lower) {
+        let fold = if l.is_ascii_lowercase() { 0x20 } else { 0 };
+        differ |= (b | fold) ^ l;
+    }
+    differ == 0
 }
 
 fn text(value: &[u8]) -> String {
@@ -1679,6 +1757,42 @@ mod tests {
 
     const C: Direction = Direction::Forward;
     const S: Direction = Direction::Reverse;
+
+    /// `name_is` answers as `eq_ignore_ascii_case` for every byte at every position of every
+    /// name the head facts look for, in either case, and for names a byte longer or shorter.
+    #[test]
+    fn name_is_matches_eq_ignore_ascii_case() {
+        fn check<const N: usize>(lower: &[u8; N]) {
+            let cased = [lower.to_vec(), lower.to_ascii_uppercase()];
+            for base in &cased {
+                assert!(name_is(base, lower));
+                for i in 0..N {
+                    for b in 0..=255u8 {
+                        let mut name = base.clone();
+                        name[i] = b;
+                        assert_eq!(
+                            name_is(&name, lower),
+                            name.eq_ignore_ascii_case(lower),
+                            "{:?} at {i}",
+                            String::from_utf8_lossy(&name)
+                        );
+                    }
+                }
+                assert!(!name_is(&base[1..], lower));
+                let mut longer = base.clone();
+                longer.push(b'x');
+                assert!(!name_is(&longer, lower));
+            }
+        }
+        check(b"content-length");
+        check(b"mcp-session-id");
+        check(b"transfer-encoding");
+        check(b"content-encoding");
+        check(b"content-type");
+        check(b"last-event-id");
+        check(b"mcp-protocol-version");
+        check(b"upgrade");
+    }
 
     #[derive(Debug, PartialEq, Eq)]
     struct Outcome {
@@ -3134,6 +3248,65 @@ mod tests {
             assert_eq!(scan.feed(b), ScanOutcome::NeedMore);
         }
         assert_eq!(scan.feed(b"."), ScanOutcome::Start(MessageKind::Request));
+    }
+
+    /// From a fresh scan, `feed` (which may take the whole start line at once) gives the
+    /// outcome and leaves the state that the byte-by-byte scan does, for start lines and
+    /// near misses cut at every byte.
+    #[test]
+    fn start_line_at_once_answers_as_byte_by_byte() {
+        let mut lines: Vec<Vec<u8>> = [
+            &b"GET /mcp HTTP/1.1\r\n"[..],
+            b"POST /mcp?x=1 HTTP/1.0\r\n",
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.0 404 x\n",
+            b"HEAD / HTTP/1.1\r\n",
+            b"HTTP /x HTTP/1.1\r\n",
+            b"HTTP/2 200\r\n",
+            b"GET / HTTP/2.0\r\n",
+            b"GET  / HTTP/1.1\r\n",
+            b"GET /a\r\n HTTP/1.1",
+            b"GET /a\nb HTTP/1.1",
+            b" GET / HTTP/1.1",
+            b"G@T / HTTP/1.1",
+            b"GET / HTTP/1,1",
+            b"GET / HTTP/1.1 HTTP/1.1",
+            b"GET /a b HTTP/1.1",
+            b"get / http/1.1",
+            b"data: x\n",
+            b"\x16\x03\x01",
+            b"",
+        ]
+        .iter()
+        .map(|l| l.to_vec())
+        .collect();
+        for n in 30..36 {
+            let mut line = vec![b'M'; n];
+            line.extend_from_slice(b" /x HTTP/1.1\r\n");
+            lines.push(line);
+        }
+        let mut rng = XorShift(7);
+        let alphabet = b"GETHP /1.\r\nx";
+        for _ in 0..20_000 {
+            let len = (rng.next() % 24) as usize;
+            let line = (0..len)
+                .map(|_| alphabet[(rng.next() % alphabet.len() as u64) as usize])
+                .collect();
+            lines.push(line);
+        }
+        for line in &lines {
+            for cut in 0..=line.len() {
+                let bytes = &line[..cut];
+                let mut fast = StartLineScan::new();
+                let mut each = StartLineScan::new();
+                assert_eq!(
+                    (fast.feed(bytes), fast),
+                    (each.feed_each(bytes), each),
+                    "{:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
     }
 
     #[test]
