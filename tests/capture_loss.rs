@@ -657,6 +657,9 @@ fn one_loss(
 /// - a stream's last event lost with every later packet of its connection, the client's
 ///   resume on a new connection naming that event (`cursor_ahead`: the stream showed no end,
 ///   so its last bytes may have been lost without a trace).
+/// - a server whose SYN-ACK and answer were lost and whose FIN was recorded before its own
+///   pure ACK (`empty` became `rejected`: the client's acknowledgment of the SYN stood before
+///   the FIN).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -686,6 +689,7 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("real/conformance-sse-retry.pcap", Loss::Mixed, &[4361]),
         ("forensic/shape-event-n.pcap", Loss::Mixed, &[17665]),
         ("forensic/shape-request-streams.pcap", Loss::Mixed, &[17665]),
+        ("gen/verdict-empty.pcap", Loss::Mixed, &[16226]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

@@ -282,10 +282,11 @@ impl HalfStream {
                         self.start_at(anchor, false);
                         self.acked_to = u64::from(acked.wrapping_sub(anchor));
                     }
-                    // Its own pure ACK stood before this segment (by more than a keep-alive
-                    // probe's byte): the bytes between were sent, captured late or not at
-                    // all, and wait as a hole.
-                    None => match self.pre_anchor.filter(|&a| {
+                    // Its own pure ACK (or, without one, the peer's lowest acknowledgment)
+                    // stood before this segment by more than a keep-alive probe's byte: the
+                    // bytes between were sent, captured late or not at all, and wait as a
+                    // hole.
+                    None => match self.pre_anchor.or(self.pre_first_acked).filter(|&a| {
                         let span = seg.seq.wrapping_sub(a);
                         span > 1 && span <= MAX_ANCHORED_HOLE
                     }) {
@@ -1243,6 +1244,24 @@ mod tests {
     }
 
     #[test]
+    fn a_fin_first_of_its_side_after_the_peers_acknowledgment_shows_the_bytes_before_it() {
+        // The SYN-ACK and the answer were lost, and the server's FIN is the first of its
+        // packets captured: the client's acknowledgment of the SYN stood 6 bytes before it, so
+        // those were sent and lost, and the stream does not end without them.
+        let mut w = Wire::new(1 << 20);
+        w.send(Forward, 1000, 0, "S", b"");
+        w.send(Forward, 1001, 5001, "A", b"");
+        w.send(Forward, 1001, 5001, "AP", b"GET");
+        w.send(Reverse, 5007, 1004, "AF", b"");
+        w.send(Reverse, 5001, 1004, "A", b"");
+        w.finish(StreamEnd::CaptureEnd);
+        assert_eq!(
+            w.rec.of(Reverse),
+            [Event::Gap(6), Event::End(StreamEnd::Fin)]
+        );
+    }
+
+    #[test]
     fn a_reset_past_the_bytes_captured_shows_them_lost() {
         // The server's last 6 bytes were lost and its RST stands past them: a gap before the
         // end. A RST one byte past may follow a lost FIN and shows nothing; one at the
@@ -1813,9 +1832,10 @@ mod tests {
         // Data carried on a SYN starts at ISN + 1.
         let mut w = Wire::new(1 << 20);
         w.send(Forward, 1000, 0, "S", b"hi");
-        w.send(Forward, 1003, 0, "A", b"!");
+        w.send(Forward, 1003, 0, "", b"!");
         assert_eq!(w.rec.of(Forward), [data(b"hi!")]);
-        // A FIN alone, with no SYN seen, starts and ends a direction with no bytes.
+        // A FIN alone, with no SYN seen and no acknowledgment of its side, starts and ends a
+        // direction with no bytes.
         w.send(Reverse, 42, 0, "F", b"");
         assert_eq!(w.rec.of(Reverse), [Event::End(StreamEnd::Fin)]);
     }
