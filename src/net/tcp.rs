@@ -772,10 +772,10 @@ impl TcpConnection {
                 // A RST carries its sender's next sequence number: bytes before it were sent,
                 // and those the capture does not hold were lost. One byte short may be a FIN
                 // that was lost rather than a byte, and says nothing.
-                let ahead = this.position(seg.seq) - i128::from(this.next);
+                let at = this.position(seg.seq);
+                let ahead = at - i128::from(this.next);
                 if ahead > 1 && ahead <= i128::from(UNSEEN_REACH) {
-                    let at = u64::try_from(this.position(seg.seq)).unwrap_or(0);
-                    this.acked_to = this.acked_to.max(at);
+                    this.acked_to = this.acked_to.max(u64::try_from(at).unwrap_or(0));
                 }
             }
             this.flush_and_end(StreamEnd::Rst, seg.mark, sink);
