@@ -271,11 +271,9 @@ impl FlowTable {
         {
             return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
-        if let Some(old) = self.flows.remove(&key)
-            && !old.closed()
-        {
-            // Its last packets may still be recorded after this SYN: it ends once they had
-            // their time.
+        if let Some(old) = self.flows.remove(&key) {
+            // Its last packets may still be recorded after this SYN (a retransmitted FIN
+            // even once it closed): it ends once they had their time.
             let earlier = self.replaced.insert(
                 key,
                 Replaced {
@@ -548,7 +546,20 @@ mod tests {
             (client, server, 501_001, 509_001, ack, b"GET", 1),
             (server, client, 509_001, 501_004, ack, b"200", 1),
         ];
-        for (case, steps) in [late_close, lost_handshake, lost_syn]
+        // Both sides closed, then the client's last ACK and the new SYN were lost: the
+        // server's FIN sent again after the new SYN-ACK is the old connection's, though the
+        // new one's numbers lie within reach of it.
+        let closed_then_lost_syn: &[Step<'_>] = &[
+            (client, server, 1000, 9000, ack, b"0123456789", 0),
+            (server, client, 9000, 1010, ack, b"01234", 0),
+            (client, server, 1010, 9005, fin, b"", 0),
+            (server, client, 9005, 1011, fin, b"", 0),
+            (server, client, 509_000, 501_001, synack, b"", 1),
+            (server, client, 9005, 1011, fin, b"", 0),
+            (client, server, 501_001, 509_001, ack, b"GET", 1),
+            (server, client, 509_001, 501_004, ack, b"200", 1),
+        ];
+        for (case, steps) in [late_close, lost_handshake, lost_syn, closed_then_lost_syn]
             .into_iter()
             .enumerate()
         {
