@@ -1192,14 +1192,14 @@ impl Batch {
     }
 }
 
-const BATCH_BYTES: usize = 256 << 10;
-const BATCH_MSGS: usize = 2048;
+const BATCH_BYTES: usize = 128 << 10;
+const BATCH_MSGS: usize = 1024;
 /// Batches queued per worker before the reader waits: with more threads than cores, the
 /// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
-/// (2 MiB of payload per worker; 4 batches left them idle a quarter of the time on two cores,
-/// while 16 cost about 6 MiB more at the peak, every batch ever made being kept, for no CPU
-/// or wall time to show on two cores).
-const BATCHES_QUEUED: usize = 8;
+/// (512 KiB of payload per worker). Every batch ever made is kept, so the reserve is paid for
+/// at the peak: 8 batches of twice the size cost about 6 MiB more there, for no wall or CPU
+/// time to show on two cores in alternated runs.
+const BATCHES_QUEUED: usize = 4;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
