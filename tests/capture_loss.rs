@@ -691,6 +691,7 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("forensic/shape-request-streams.pcap", Loss::Mixed, &[17665]),
         ("gen/verdict-empty.pcap", Loss::Mixed, &[16226]),
         ("gen/tcp-port-reuse.pcap", Loss::Mixed, &[16238]),
+        ("real/py-client-rmcp-server.pcap", Loss::Mixed, &[23031]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

@@ -88,6 +88,10 @@ pub struct HttpConnection {
     /// bytes arrived ([`HttpConnection::before_peer`]): its frame, and the position in the
     /// other direction that its acknowledgment reached.
     sent_before: [Option<(u64, u64)>; 2],
+    /// Per direction, bytes said to come ahead of bytes of the other direction the capture
+    /// has not shown ([`HttpConnection::ahead_of_peer`]) before either direction's role was
+    /// known: taken into account once it is.
+    ahead_unplaced: [bool; 2],
 }
 
 impl HttpConnection {
@@ -121,6 +125,7 @@ impl HttpConnection {
             acknowledged: None,
             switched_to_h2c: None,
             sent_before: [None; 2],
+            ahead_unplaced: [false; 2],
         }
     }
 
@@ -252,8 +257,11 @@ impl HttpConnection {
     /// has not shown: when `dir` answers, a request may be missing before what follows, and
     /// an answer after it is paired as after a lost request.
     pub fn ahead_of_peer(&mut self, dir: Direction) {
-        if self.expected_kind(dir.index()) == Some(MessageKind::Response) {
-            self.push_pending(Pending::Lost);
+        match self.expected_kind(dir.index()) {
+            Some(MessageKind::Response) => self.push_pending(Pending::Lost),
+            Some(MessageKind::Request) => {}
+            // The first bytes of the connection may be that answer.
+            None => self.ahead_unplaced[dir.index()] = true,
         }
     }
 
@@ -870,10 +878,14 @@ impl HttpConnection {
             } else {
                 Direction::Reverse
             };
-            self.client = Some(match kind {
+            let client = match kind {
                 MessageKind::Request => dir,
                 MessageKind::Response => dir.other(),
-            });
+            };
+            self.client = Some(client);
+            if self.ahead_unplaced[client.other().index()] {
+                self.push_pending(Pending::Lost);
+            }
         }
     }
 
@@ -2840,6 +2852,25 @@ mod tests {
             );
             assert!(!events.iter().any(|e| e == "resp 0 200"), "{events:?}");
         }
+    }
+
+    #[test]
+    fn a_first_answer_ahead_of_a_request_recorded_later_does_not_shift_the_pairing() {
+        // The connection's first bytes captured are an answer that acknowledges client bytes
+        // not shown yet (said before either role was known); its request was recorded after
+        // it. That request has had its answer: the next answer is the next request's.
+        let out = transcript(&[
+            Step::Ahead(S),
+            data(S, ok_length("x")),
+            data(C, get("/a")),
+            data(C, get("/b")),
+            data(S, ok_length("y")),
+            Step::End(C, StreamEnd::Fin),
+            Step::End(S, StreamEnd::Fin),
+        ]);
+        let events = summary(&out.events);
+        assert!(events.iter().any(|e| e == "resp 2 200"), "{events:?}");
+        assert!(!events.iter().any(|e| e == "resp 1 200"), "{events:?}");
     }
 
     #[test]

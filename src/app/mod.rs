@@ -97,6 +97,11 @@ enum Held {
     Data(Direction, Vec<u8>, Mark),
     Gap(Direction, u64, Mark),
     End(Direction, StreamEnd, Mark),
+    /// [`AppStack::ahead_of_peer`], [`AppStack::after_peer`], [`AppStack::before_peer`]: said
+    /// of the bytes that follow, so kept in their place.
+    AheadOfPeer(Direction),
+    AfterPeer(Direction),
+    BeforePeer(Direction, Mark, u64),
 }
 
 /// The calls of a connection whose protocol is not decided yet.
@@ -293,8 +298,10 @@ impl AppStack {
     /// begun in earlier segments, sent before those bytes, so it is not passed on: only
     /// plaintext HTTP/1 takes it.
     pub fn ahead_of_peer(&mut self, dir: Direction) {
-        if let AppStack::Http1(h) = self {
-            h.ahead_of_peer(dir);
+        match self {
+            AppStack::Http1(h) => h.ahead_of_peer(dir),
+            AppStack::Detecting(d) => d.held.push(Held::AheadOfPeer(dir)),
+            _ => {}
         }
     }
 
@@ -303,8 +310,10 @@ impl AppStack {
     /// any request given before, whatever its frame. Plaintext HTTP/1 only, as for
     /// [`AppStack::ahead_of_peer`].
     pub fn after_peer(&mut self, dir: Direction) {
-        if let AppStack::Http1(h) = self {
-            h.after_peer(dir);
+        match self {
+            AppStack::Http1(h) => h.after_peer(dir),
+            AppStack::Detecting(d) => d.held.push(Held::AfterPeer(dir)),
+            _ => {}
         }
     }
 
@@ -313,8 +322,10 @@ impl AppStack {
     /// answers no request starting in them. Plaintext HTTP/1 only, as for
     /// [`AppStack::ahead_of_peer`].
     pub fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
-        if let AppStack::Http1(h) = self {
-            h.before_peer(dir, mark, unacked);
+        match self {
+            AppStack::Http1(h) => h.before_peer(dir, mark, unacked),
+            AppStack::Detecting(d) => d.held.push(Held::BeforePeer(dir, mark, unacked)),
+            _ => {}
         }
     }
 
@@ -396,6 +407,9 @@ impl AppStack {
                 Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
                 Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
                 Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
+                Held::AheadOfPeer(dir) => self.ahead_of_peer(dir),
+                Held::AfterPeer(dir) => self.after_peer(dir),
+                Held::BeforePeer(dir, mark, unacked) => self.before_peer(dir, mark, unacked),
             }
         }
     }
