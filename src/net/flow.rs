@@ -52,7 +52,8 @@ const FIT_WINDOW: u32 = 1 << 20;
 /// that still fit its sequence numbers: a FIN or an ACK recorded after the new SYN.
 const REPLACED_PATIENCE_NS: i64 = 1_000_000_000;
 
-/// A connection replaced by a new one on its ports before it was seen to close, and where.
+/// A connection replaced by a new one on its ports, and where (one already closed keeps its
+/// retransmissions apart from the new connection; it is not ended again).
 struct Replaced {
     flow: Flow,
     at: Mark,
