@@ -692,6 +692,8 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("gen/verdict-empty.pcap", Loss::Mixed, &[16226]),
         ("gen/tcp-port-reuse.pcap", Loss::Mixed, &[16238]),
         ("real/py-client-rmcp-server.pcap", Loss::Mixed, &[23031]),
+        ("gen/tcp-port-reuse.pcap", Loss::Mixed, &[24988]),
+        ("real/ts-sdk-v6.pcapng", Loss::Mixed, &[24977]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

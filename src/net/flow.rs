@@ -99,6 +99,16 @@ impl Flow {
         }
     }
 
+    /// Whether the packet acknowledges sequence numbers past the receiver's FIN: a FIN ends
+    /// its sender's numbers, so nothing of this connection can, and the packet is a new
+    /// connection's on the same ports whose handshake the capture lost or holds later.
+    fn past_peer_fin(&self, p: &decode::TcpPacket<'_>, src_is_lo: bool) -> bool {
+        let peer = 1 - self.dir(src_is_lo).index();
+        p.flags.ack
+            && self.fin[peer]
+            && self.next_seq[peer].is_some_and(|end| p.ack.wrapping_sub(end) as i32 > 0)
+    }
+
     /// Takes the packet into the connection's state.
     fn update(
         &mut self,
@@ -134,6 +144,13 @@ impl Flow {
             mark,
         }
     }
+}
+
+/// Whether a SYN (or SYN-ACK) starts its sender's numbers elsewhere than the first packet
+/// seen from that side (`base`): at that packet's number, or one before it (the handshake
+/// recorded after the side's first bytes or acknowledgment), it is that side's own.
+fn starts_elsewhere(base: Option<u32>, syn: &decode::TcpPacket<'_>) -> bool {
+    base.is_some_and(|s| s != syn.seq && s != syn.seq.wrapping_add(1))
 }
 
 /// Canonical key of a 4-tuple, as five words: the two endpoints, lower one first, each as its
@@ -261,14 +278,13 @@ impl FlowTable {
             && !(new_syn
                 && (f.closed()
                     || f.syn_seq.is_some_and(|s| s != p.seq)
-                    || f.base_seq[usize::from(src_is_lo != f.forward_is_lo)]
-                        .is_some_and(|s| s != p.seq)))
+                    || starts_elsewhere(f.base_seq[usize::from(src_is_lo != f.forward_is_lo)], p)))
             // A SYN-ACK starts its sender's sequence numbers: at another number than the
             // first packet seen from that side, it answers a new SYN (one the capture lost).
             && !(p.flags.syn
                 && p.flags.ack
-                && f.base_seq[usize::from(src_is_lo != f.forward_is_lo)]
-                    .is_some_and(|s| s != p.seq))
+                && starts_elsewhere(f.base_seq[usize::from(src_is_lo != f.forward_is_lo)], p))
+            && !f.past_peer_fin(p, src_is_lo)
         {
             return f.update(p, src_is_lo, new_syn, mark, packet_no);
         }
@@ -560,9 +576,29 @@ mod tests {
             (client, server, 501_001, 509_001, ack, b"GET", 1),
             (server, client, 509_001, 501_004, ack, b"200", 1),
         ];
-        for (case, steps) in [late_close, lost_handshake, lost_syn, closed_then_lost_syn]
-            .into_iter()
-            .enumerate()
+        // The client's FIN and the new SYN-ACK were lost, and the new SYN was recorded after
+        // the new connection's first bytes: those acknowledge numbers past the server's FIN,
+        // which no packet of the old connection can, though they lie within reach of its
+        // numbers; the late SYN, one before them, is the new connection's own.
+        let past_fin: &[Step<'_>] = &[
+            (client, server, 1000, 9000, ack, b"0123456789", 0),
+            (server, client, 9000, 1010, ack, b"01234", 0),
+            (server, client, 9005, 1010, fin, b"", 0),
+            (client, server, 1010, 9006, ack, b"", 0),
+            (client, server, 501_001, 509_001, ack, b"GET", 1),
+            (client, server, 501_000, 0, syn, b"", 1),
+            (server, client, 509_001, 501_004, ack, b"200", 1),
+            (client, server, 1010, 9006, ack, b"", 0),
+        ];
+        for (case, steps) in [
+            late_close,
+            lost_handshake,
+            lost_syn,
+            closed_then_lost_syn,
+            past_fin,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let mut table = FlowTable::new(100);
             let mut events = Vec::new();
@@ -628,6 +664,46 @@ mod tests {
         table.sweep(Mark::new(4, 20 + REPLACED_PATIENCE_NS), &mut ends);
         assert!(matches!(ends[..], [FlowEvent::End(0, StreamEnd::CaptureEnd, m)] if m.frame == 2));
         assert_eq!(events, ["open 0", "open 1"]);
+    }
+
+    #[test]
+    fn a_handshake_recorded_after_the_first_packets_stays_their_connection() {
+        // The SYN-ACK (and the SYN) recorded after a side's first packet, at one before its
+        // number: the connection's own handshake, not a new connection's.
+        let client = ep(Ipv4Addr::new(10, 0, 0, 2), 51_700);
+        let server = ep(Ipv4Addr::new(10, 0, 0, 1), 8000);
+        let (ack, syn, synack) = (
+            flags(false, true, false),
+            flags(true, false, false),
+            flags(true, true, false),
+        );
+        let steps = [
+            (client, server, 7001, 3001, ack, &b"POST"[..]),
+            (server, client, 3001, 7005, ack, &b""[..]),
+            (server, client, 3000, 7001, synack, &b""[..]),
+            (client, server, 7000, 0, syn, &b""[..]),
+            (server, client, 3001, 7005, ack, &b"200"[..]),
+        ];
+        let mut table = FlowTable::new(100);
+        let mut opened = Vec::new();
+        for (i, &(src, dst, seq, ack, flags, payload)) in steps.iter().enumerate() {
+            let p = decode::TcpPacket {
+                src,
+                dst,
+                seq,
+                ack,
+                flags,
+                payload,
+            };
+            let at = i as u64 + 1;
+            let got = table.classify(&p, Mark::new(at, at as i64 * 1_000), at, |e| {
+                if let FlowEvent::Open(s, ..) = e {
+                    opened.push(s);
+                }
+            });
+            assert_eq!(got.stream, 0, "step {i}");
+        }
+        assert_eq!(opened, [0]);
     }
 
     #[test]
