@@ -102,8 +102,10 @@ pub trait StreamSink {
     /// The next bytes of `dir` are given ahead of bytes of the other direction that they
     /// acknowledge and the capture has not shown (so far): the peer acknowledged them, so the
     /// capture may never show them, or may still, later. Whatever the other direction sent
-    /// there (a request, for an answer) may be missing.
-    fn ahead_of_peer(&mut self, _dir: Direction, _mark: Mark) {}
+    /// there (a request, for an answer) may be missing. They acknowledge `unseen` bytes of
+    /// the other direction past those given (0 when that is not a plausible number): whatever
+    /// the other direction begins after those was not yet received when they were sent.
+    fn ahead_of_peer(&mut self, _dir: Direction, _mark: Mark, _unseen: u64) {}
     /// The next bytes of `dir` were held until the other direction's bytes that they
     /// acknowledge came, and they acknowledge every byte given of it so far: they were sent
     /// after all of it, even where the capture recorded them earlier (a capture host with

@@ -660,6 +660,10 @@ fn one_loss(
 /// - a server whose SYN-ACK and answer were lost and whose FIN was recorded before its own
 ///   pure ACK (`empty` became `rejected`: the client's acknowledgment of the SYN stood before
 ///   the FIN).
+/// - a keep-alive connection that lost a request, the server's bytes before the next answer
+///   and the resume's answer head, that answer recorded after the resume request though it
+///   acknowledges only the bytes before it (it went to the resume: `correct` became
+///   `unverifiable`).
 #[test]
 fn losses_once_found_by_long_runs_claim_nothing_more() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -694,6 +698,7 @@ fn losses_once_found_by_long_runs_claim_nothing_more() {
         ("real/py-client-rmcp-server.pcap", Loss::Mixed, &[23031]),
         ("gen/tcp-port-reuse.pcap", Loss::Mixed, &[24988]),
         ("real/ts-sdk-v6.pcapng", Loss::Mixed, &[24977]),
+        ("gen/tcp-keep-alive.pcap", Loss::Mixed, &[33482]),
     ] {
         let path = root.join(name);
         let whole = Capture::parse(&std::fs::read(&path).unwrap());

@@ -255,8 +255,14 @@ impl HttpConnection {
 
     /// The next bytes of `dir` were sent after bytes of the other direction that the capture
     /// has not shown: when `dir` answers, a request may be missing before what follows, and
-    /// an answer after it is paired as after a lost request.
-    pub fn ahead_of_peer(&mut self, dir: Direction) {
+    /// an answer after it is paired as after a lost request. Those bytes, in the frame of
+    /// `mark`, acknowledge `unseen` bytes of the other direction past those given (0: not
+    /// known): an answer they begin answers no request that starts after those.
+    pub fn ahead_of_peer(&mut self, dir: Direction, mark: Mark, unseen: u64) {
+        if unseen > 0 {
+            let other = &self.directions[dir.other().index()];
+            self.sent_before[dir.index()] = Some((mark.frame, other.given.saturating_add(unseen)));
+        }
         match self.expected_kind(dir.index()) {
             Some(MessageKind::Response) => self.push_pending(Pending::Lost),
             Some(MessageKind::Request) => {}
@@ -1863,7 +1869,14 @@ mod tests {
                 },
                 Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
                 Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
-                Step::Ahead(dir) => conn.ahead_of_peer(*dir),
+                Step::Ahead(dir, unseen) => {
+                    // Said of the direction's next data, in that step's frame.
+                    let next = steps[i..]
+                        .iter()
+                        .position(|s| matches!(s, Step::Data(d, _) if d == dir))
+                        .map_or(i, |k| i + k);
+                    conn.ahead_of_peer(*dir, mark_of(next), *unseen);
+                }
                 Step::Late(dir, frame, after) => {
                     if *after {
                         conn.after_peer(*dir);
@@ -2836,7 +2849,7 @@ mod tests {
         // next may be either one's, and a client that waits for each answer asked again only
         // once it had the first. The request is lost as a gap, or not (yet) known lost: the
         // answer acknowledges bytes of the client the capture has not shown.
-        for lost_request in [Step::Gap(C, 20), Step::Ahead(S)] {
+        for lost_request in [Step::Gap(C, 20), Step::Ahead(S, 0)] {
             let out = transcript(&[
                 data(C, get("/a")),
                 Step::Gap(S, 40),
@@ -2860,7 +2873,7 @@ mod tests {
         // not shown yet (said before either role was known); its request was recorded after
         // it. That request has had its answer: the next answer is the next request's.
         let out = transcript(&[
-            Step::Ahead(S),
+            Step::Ahead(S, 0),
             data(S, ok_length("x")),
             data(C, get("/a")),
             data(C, get("/b")),
@@ -2877,7 +2890,7 @@ mod tests {
     fn an_answer_after_lost_answers_goes_to_the_last_request_before_it() {
         // Also when the request is ahead of answer bytes not captured: that says nothing of
         // requests.
-        for before in [None, Some(Step::Ahead(C))] {
+        for before in [None, Some(Step::Ahead(C, 0))] {
             let mut steps = vec![data(C, get("/a")), Step::Gap(S, 40)];
             steps.extend(before);
             steps.extend([
@@ -2944,6 +2957,37 @@ mod tests {
             assert!(
                 events.iter().any(|e| e == answered),
                 "{before:?}: {events:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_ahead_of_requests_answers_none_it_did_not_acknowledge() {
+        // The server's bytes after its answer to GET /a were lost, and so was GET /b; GET /c
+        // is recorded, then an answer that was let through ahead of the client bytes it
+        // acknowledges. When those stop at the end of GET /b, GET /c had not arrived when it
+        // was sent: it answers the lost GET /b, not GET /c. When they reach into GET /c, or
+        // are not known, the newest request before it (GET /c) may take it.
+        let b = get("/b").len() as u64;
+        for (unseen, paired) in [(b, false), (b + 3, true), (0, true)] {
+            let events = summary(
+                &transcript(&[
+                    data(C, get("/a")),
+                    data(S, ok_length("x")),
+                    Step::Gap(S, 40),
+                    Step::Ahead(S, unseen),
+                    Step::Gap(C, b),
+                    data(C, get("/c")),
+                    data(S, ok_length("y")),
+                    Step::End(C, StreamEnd::Fin),
+                    Step::End(S, StreamEnd::Fin),
+                ])
+                .events,
+            );
+            assert_eq!(
+                events.iter().any(|e| e == "resp 1 200"),
+                paired,
+                "{unseen}: {events:?}"
             );
         }
     }

@@ -99,7 +99,7 @@ enum Held {
     End(Direction, StreamEnd, Mark),
     /// [`AppStack::ahead_of_peer`], [`AppStack::after_peer`], [`AppStack::before_peer`]: said
     /// of the bytes that follow, so kept in their place.
-    AheadOfPeer(Direction),
+    AheadOfPeer(Direction, Mark, u64),
     AfterPeer(Direction),
     BeforePeer(Direction, Mark, u64),
 }
@@ -297,10 +297,10 @@ impl AppStack {
     /// HTTP/2 pairs by stream id. Under TLS the plaintext given next may come from a record
     /// begun in earlier segments, sent before those bytes, so it is not passed on: only
     /// plaintext HTTP/1 takes it.
-    pub fn ahead_of_peer(&mut self, dir: Direction) {
+    pub fn ahead_of_peer(&mut self, dir: Direction, mark: Mark, unseen: u64) {
         match self {
-            AppStack::Http1(h) => h.ahead_of_peer(dir),
-            AppStack::Detecting(d) => d.held.push(Held::AheadOfPeer(dir)),
+            AppStack::Http1(h) => h.ahead_of_peer(dir, mark, unseen),
+            AppStack::Detecting(d) => d.held.push(Held::AheadOfPeer(dir, mark, unseen)),
             _ => {}
         }
     }
@@ -407,7 +407,7 @@ impl AppStack {
                 Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
                 Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
                 Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
-                Held::AheadOfPeer(dir) => self.ahead_of_peer(dir),
+                Held::AheadOfPeer(dir, mark, unseen) => self.ahead_of_peer(dir, mark, unseen),
                 Held::AfterPeer(dir) => self.after_peer(dir),
                 Held::BeforePeer(dir, mark, unacked) => self.before_peer(dir, mark, unacked),
             }

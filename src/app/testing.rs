@@ -58,8 +58,9 @@ pub(crate) enum Step {
     Data(Direction, Vec<u8>),
     Gap(Direction, u64),
     End(Direction, StreamEnd),
-    /// What follows in the direction was sent after bytes of the other one not captured.
-    Ahead(Direction),
+    /// The direction's next data (in its own step's frame) was sent after bytes of the
+    /// other one not captured: this many past those given, when known (else 0).
+    Ahead(Direction, u64),
     /// The direction's next data was recorded at the frame given (earlier than its place);
     /// `true`: it was sent after every byte of the other direction given so far.
     Late(Direction, u64, bool),

@@ -682,8 +682,8 @@ impl StreamSink for Bridge<'_> {
     fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
         self.app.before_peer(dir, mark, unacked);
     }
-    fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
-        self.app.ahead_of_peer(dir);
+    fn ahead_of_peer(&mut self, dir: Direction, mark: Mark, unseen: u64) {
+        self.app.ahead_of_peer(dir, mark, unseen);
     }
 }
 

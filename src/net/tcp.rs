@@ -877,7 +877,13 @@ impl TcpConnection {
             if other.next < h.needs && !other.ended {
                 // Let through by the peer's acknowledgment before the wait is over, still
                 // ahead of bytes it acknowledges.
-                sink.ahead_of_peer(self.halves[d].dir, h.mark);
+                let unseen = h.needs - other.next;
+                let unseen = if unseen <= u64::from(UNSEEN_REACH) {
+                    unseen
+                } else {
+                    0
+                };
+                sink.ahead_of_peer(self.halves[d].dir, h.mark, unseen);
             } else if h.needs > 0 && other.next == h.needs {
                 sink.after_peer(self.halves[d].dir, h.mark);
             } else if let Some(unacked) = unacked_by(&h.payload, h.needs, other.next) {
@@ -967,9 +973,9 @@ mod tests {
         end_marks: [Option<Mark>; 2],
         /// The directions of the data calls, in the order they came.
         data_order: Vec<Direction>,
-        /// Each `ahead_of_peer` call: its direction, and the data bytes that direction had
-        /// been given before it.
-        ahead: Vec<(Direction, usize)>,
+        /// Each `ahead_of_peer` call: its direction, the data bytes that direction had been
+        /// given before it, and the bytes of the other direction it acknowledged past those.
+        ahead: Vec<(Direction, usize, u64)>,
         /// Each `after_peer` call: its direction, and the data bytes the other direction had
         /// been given before it.
         after: Vec<(Direction, usize)>,
@@ -1024,8 +1030,8 @@ mod tests {
             self.open(dir).push(Event::End(how));
             self.end_marks[dir.index()] = Some(mark);
         }
-        fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark) {
-            self.ahead.push((dir, self.given(dir)));
+        fn ahead_of_peer(&mut self, dir: Direction, _mark: Mark, unseen: u64) {
+            self.ahead.push((dir, self.given(dir), unseen));
         }
         fn after_peer(&mut self, dir: Direction, _mark: Mark) {
             self.after.push((dir, self.given(dir.other())));
@@ -1714,7 +1720,7 @@ mod tests {
         // received, so it goes through, said to be ahead of the bytes it answers.
         w.send(Reverse, 5004, 1007, "A", b"");
         assert_eq!(w.rec.of(Forward), [data(b"answer")]);
-        assert_eq!(w.rec.ahead, [(Forward, 0)]);
+        assert_eq!(w.rec.ahead, [(Forward, 0, 3)]);
         // Those bytes are given up only once the wait is over: they may still come.
         w.send(Reverse, 5004, 1007, "A", b"ask-it");
         assert_eq!(w.rec.of(Reverse), []);
@@ -1723,7 +1729,7 @@ mod tests {
         // An answer to bytes the capture shows is ahead of nothing.
         w.send(Forward, 1007, 5010, "A", b"second");
         assert_eq!(w.rec.of(Forward), [data(b"answersecond")]);
-        assert_eq!(w.rec.ahead, [(Forward, 0)]);
+        assert_eq!(w.rec.ahead, [(Forward, 0, 3)]);
     }
 
     #[test]

@@ -67,7 +67,7 @@ fn run(limits: &Limits, start: Start, steps: &[Step], split: Split) -> Outcome {
             Step::Gap(dir, len) => conn.gap(*dir, *len, mark, &mut rec),
             Step::End(dir, how) => conn.end(*dir, *how, mark, &mut rec),
             // HTTP/2 pairs by stream id: the order of directions says nothing it uses.
-            Step::Ahead(_) | Step::Late(..) | Step::Before(..) => {}
+            Step::Ahead(..) | Step::Late(..) | Step::Before(..) => {}
         }
     }
     Outcome {
