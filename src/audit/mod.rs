@@ -1033,7 +1033,7 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
                 .map(|f| f.text.as_ref().map_or(0, |t| t.len()))
                 .sum::<usize>()
             + s.content.iter().count() * size_of::<ContentFact>()
-            + s.progress.capacity() * (size_of::<crate::exchange::ProgressTrack>() + 32)
+            + grown_room(s.progress.len()) * (size_of::<crate::exchange::ProgressTrack>() + 32)
             + s.list_changed.capacity() * (size_of::<crate::exchange::ListChangedFact>() + 48)
             + s.shapes.capacity() * (size_of::<crate::exchange::ShapeTally>() + 32)
             + s.keys.capacity() * size_of::<u64>()
@@ -1054,6 +1054,17 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
             + text(&r.content_type);
     }
     n
+}
+
+/// The room a list of `len` items holds when grown one push at a time (four items, then
+/// doublings): what the budget counts for lists whose room is fitted to their items, so that
+/// how their room is reserved never changes which sessions it retires early.
+fn grown_room(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        len.next_power_of_two().max(4)
+    }
 }
 
 /// Runs the stage over one input held whole (a HAR file, or a test): every exchange is
@@ -2658,6 +2669,16 @@ mod tests {
         assert!(HELD_EXCHANGE >= std::mem::size_of::<ExchangeSummary>());
         assert!(HELD_STREAM >= std::mem::size_of::<StreamSummary>());
         assert!(HELD_RESUME >= std::mem::size_of::<ResumeRecord>());
+    }
+
+    #[test]
+    fn a_fitted_list_counts_the_room_it_would_hold_grown_a_push_at_a_time() {
+        let mut grown: Vec<[u64; 20]> = Vec::new();
+        assert_eq!(grown_room(0), 0);
+        for len in 1..=100 {
+            grown.push([0; 20]);
+            assert_eq!(grown_room(len), grown.capacity(), "{len}");
+        }
     }
 
     #[test]

@@ -877,6 +877,7 @@ impl ExchangeTracker {
             self.facts_dropped += s.facts_dropped + s.id_facts.dropped + s.content.dropped;
             s.id_facts.shrink();
             s.content.shrink();
+            s.progress.shrink_to_fit();
         }
         let event_stream = response.as_ref().is_some_and(ResponseHead::is_event_stream);
         let last_event_id = request.as_mut().and_then(|r| r.last_event_id.take());
@@ -1987,6 +1988,11 @@ fn track_progress(s: &mut StreamSummary, key: u64, token: &[u8], value: f64, mar
     if s.progress.len() >= MAX_PROGRESS_TOKENS {
         s.facts_dropped += 1;
         return;
+    }
+    if s.progress.capacity() == 0 {
+        // Nearly every stream follows one token: room for four (a first push's) was most of
+        // the memory a short stream's facts held.
+        s.progress.reserve_exact(1);
     }
     s.progress.push(ProgressTrack {
         token: key,
