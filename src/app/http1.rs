@@ -913,6 +913,11 @@ impl HttpConnection {
                 self.pending.push_front(Pending::Lost);
             }
         }
+        if self.pending.capacity() == 0 {
+            // A client mostly waits for each answer: one slot, where a first push makes four
+            // in every open connection.
+            self.pending.reserve_exact(1);
+        }
         self.pending.push_back(entry);
     }
 

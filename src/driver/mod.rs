@@ -1192,13 +1192,13 @@ impl Batch {
     }
 }
 
-const BATCH_BYTES: usize = 128 << 10;
-const BATCH_MSGS: usize = 1024;
+const BATCH_BYTES: usize = 64 << 10;
+const BATCH_MSGS: usize = 512;
 /// Batches queued per worker before the reader waits: with more threads than cores, the
 /// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
-/// (512 KiB of payload per worker). Every batch ever made is kept, so the reserve is paid for
-/// at the peak: 8 batches of twice the size cost about 6 MiB more there, for no wall or CPU
-/// time to show on two cores in alternated runs.
+/// (256 KiB of payload per worker). Every batch ever made is kept, so the reserve is paid for
+/// at the peak: 8 batches of 256 KiB cost about 6 MiB more there, and 4 of 128 KiB another
+/// 2 MiB, for no wall or CPU time to show on two cores in alternated runs.
 const BATCHES_QUEUED: usize = 4;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.

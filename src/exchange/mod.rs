@@ -1645,8 +1645,8 @@ const SEEN_IDS_CHUNK: usize = 128;
 /// Room the first chunk starts with (and bytes of text per id it starts with): most resumed
 /// streams end after a few ids, and thousands of them are open at once when sessions
 /// interleave, so a full chunk (4 KiB, and 1 KiB of text) for each was most of their memory.
-/// The first chunk grows to [`SEEN_IDS_CHUNK`] by doublings, three at most.
-const SEEN_IDS_FIRST: usize = 16;
+/// The first chunk grows to [`SEEN_IDS_CHUNK`] by doublings, four at most.
+const SEEN_IDS_FIRST: usize = 8;
 
 impl SeenIds {
     fn get(&self, i: usize) -> Option<&SeenId> {
@@ -2015,6 +2015,11 @@ impl HttpSink for ExchangeTracker {
                 .clone()
                 .or_else(|| jsonrpc::session_from_url(head.target.as_bytes()))
         {
+            if self.opened.capacity() == 0 {
+                // Emptied after every packet: one slot is nearly always enough, where a first
+                // push makes four in every open connection.
+                self.opened.reserve_exact(1);
+            }
             self.opened.push((n, sid));
         }
         self.entry(n).request = Some(head);
