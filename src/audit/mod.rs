@@ -699,8 +699,10 @@ impl Default for Retention {
     }
 }
 
-/// `--session-memory` by default: ten times what hundreds of sessions open at once hold.
-pub const DEFAULT_SESSION_MEMORY: usize = 32 << 20;
+/// `--session-memory` by default: five times what hundreds of sessions open at once hold, and
+/// what keeps the whole process within 64 MiB on captures of thousands of interleaved
+/// sessions, whatever their size.
+pub const DEFAULT_SESSION_MEMORY: usize = 16 << 20;
 
 /// A session whose exchanges are not yet audited.
 #[derive(Default)]
