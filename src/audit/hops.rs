@@ -53,7 +53,7 @@ const MAX_PLACED_SERVERS: usize = 4096;
 /// The hops of a session's exchanges, given in capture order; `None` when every exchange
 /// is on one hop (the common case: nothing relays anything). Learns into `known` the hop of
 /// each server a pair placed.
-pub fn hops(xs: &[ExchangeSummary], known: &mut HopMap) -> Option<Hops> {
+pub fn hops(xs: &[Box<ExchangeSummary>], known: &mut HopMap) -> Option<Hops> {
     let first_server = xs.iter().find_map(|x| x.connection.server);
     if xs
         .iter()
@@ -232,7 +232,13 @@ mod tests {
 
     /// The hops of one session alone in its input.
     fn hops_alone(xs: &[ExchangeSummary]) -> Option<Hops> {
-        hops(xs, &mut HopMap::default())
+        hops(&boxed(xs), &mut HopMap::default())
+    }
+
+    /// The summaries as the session stage holds them.
+    #[allow(clippy::vec_box)]
+    fn boxed(xs: &[ExchangeSummary]) -> Vec<Box<ExchangeSummary>> {
+        xs.iter().cloned().map(Box::new).collect()
     }
 
     const CLIENT: [u8; 4] = [10, 0, 0, 1];
@@ -379,15 +385,21 @@ mod tests {
             lost.clone(),
         ];
         let mut known = HopMap::default();
-        let h = hops(&xs, &mut known).expect("two hops");
+        let h = hops(&boxed(&xs), &mut known).expect("two hops");
         assert_eq!(h.level, [0, 1, 0, 1]);
         assert_eq!(h.relays, [None, Some(0), None, None]);
         // A later session of the input with no pair of its own: the servers keep their hops.
         let later = [x(4, c, p, Some("3"), 20, Some(23), Some("4")), lost];
-        assert_eq!(hops(&later, &mut known).map(|h| h.level), Some(vec![0, 1]));
+        assert_eq!(
+            hops(&boxed(&later), &mut known).map(|h| h.level),
+            Some(vec![0, 1])
+        );
         assert_eq!(hops_alone(&later), None);
         // A server seen at two hops places nothing.
-        assert_eq!(hops(&later[..], &mut HopMap::from_iter([(b, None)])), None);
+        assert_eq!(
+            hops(&boxed(&later), &mut HopMap::from_iter([(b, None)])),
+            None
+        );
     }
 
     #[test]
@@ -395,6 +407,6 @@ mod tests {
         let (p, b) = (at(PROXY, 443), at(BACKEND, 8000));
         let mut known = HopMap::from_iter([(p, Some(0)), (b, Some(1))]);
         let xs = [x(0, at(CLIENT, 1), b, None, 1, Some(2), None)];
-        assert_eq!(hops(&xs, &mut known), None);
+        assert_eq!(hops(&boxed(&xs), &mut known), None);
     }
 }

@@ -425,7 +425,7 @@ fn har_body_unproven(x: &ExchangeSummary) -> bool {
 impl<'a> SessionIndex<'a> {
     /// The index of `members`; the facts only the audit of a resume looks at (ids, content,
     /// shapes) only when `resumes`.
-    fn build(xs: &'a [ExchangeSummary], members: &'a [usize], resumes: bool) -> Self {
+    fn build(xs: &'a [Box<ExchangeSummary>], members: &'a [usize], resumes: bool) -> Self {
         let mut ix = SessionIndex {
             members,
             with_ids: Vec::new(),
@@ -485,7 +485,12 @@ impl<'a> SessionIndex<'a> {
 
     /// The first member before frame `before` (other than `except`) whose bytes the capture
     /// lost.
-    fn loss_before(&self, xs: &[ExchangeSummary], before: u64, except: usize) -> Option<usize> {
+    fn loss_before(
+        &self,
+        xs: &[Box<ExchangeSummary>],
+        before: u64,
+        except: usize,
+    ) -> Option<usize> {
         self.lossy
             .iter()
             .copied()
@@ -496,7 +501,12 @@ impl<'a> SessionIndex<'a> {
     /// and whose end the capture does not show (still open when the capture ended, no longer
     /// followed, or not readable to its end): its last bytes may have been lost without a
     /// trace, since no later packet of its connection stands past them.
-    fn open_before(&self, xs: &[ExchangeSummary], before: u64, except: usize) -> Option<usize> {
+    fn open_before(
+        &self,
+        xs: &[Box<ExchangeSummary>],
+        before: u64,
+        except: usize,
+    ) -> Option<usize> {
         self.members.iter().copied().find(|&j| {
             j != except
                 && xs[j].event_stream
@@ -514,7 +524,7 @@ impl<'a> SessionIndex<'a> {
 
     /// The capture holds the session from its start: an exchange before frame `before` began
     /// it.
-    fn start_seen(&self, xs: &[ExchangeSummary], before: u64) -> bool {
+    fn start_seen(&self, xs: &[Box<ExchangeSummary>], before: u64) -> bool {
         self.starts.iter().any(|&j| xs[j].start().frame < before)
     }
 
@@ -980,7 +990,7 @@ impl Stage {
         }
         let (findings, view) = audit_session(
             &l.name,
-            std::mem::take(&mut l.xs).into_iter().map(|x| *x).collect(),
+            std::mem::take(&mut l.xs),
             &mut l.resumes,
             &self.cross,
             &self.opts,
@@ -1171,9 +1181,12 @@ pub fn sort_views(views: &mut [SessionView]) {
 
 /// Audits one session's exchanges against each other: fills in its resumes' forensics, and
 /// gives its findings tied to no resume and, on request, its view.
+#[allow(clippy::vec_box)]
 fn audit_session(
     sid: &str,
-    mut xs: Vec<ExchangeSummary>,
+    // Boxed as the session held them: moving each out of its box cost a copy of every
+    // summary at every audit (3% of a reconnect storm's time).
+    mut xs: Vec<Box<ExchangeSummary>>,
     resumes: &mut [Box<ResumeRecord>],
     cross: &CrossIndex,
     opts: &Options,
@@ -1191,8 +1204,8 @@ fn audit_session(
         )
     };
     // Mostly in order already: a sort would still take a buffer of half the (large) items.
-    if !xs.is_sorted_by_key(capture_order) {
-        xs.sort_by_key(capture_order);
+    if !xs.is_sorted_by_key(|x| capture_order(x)) {
+        xs.sort_by_key(|x| capture_order(x));
     }
     if !resumes.is_sorted_by_key(|r| resume_order(r)) {
         resumes.sort_by_key(|r| resume_order(r));
@@ -1349,7 +1362,7 @@ fn decide_structured(last_seq: &str, first_seq: &str, prefix: &str, suffix: &str
     d
 }
 
-fn stream_of(xs: &[ExchangeSummary], i: usize) -> Option<&StreamSummary> {
+fn stream_of(xs: &[Box<ExchangeSummary>], i: usize) -> Option<&StreamSummary> {
     xs.get(i).and_then(|x| x.stream())
 }
 
@@ -1357,7 +1370,7 @@ fn stream_of(xs: &[ExchangeSummary], i: usize) -> Option<&StreamSummary> {
 /// before the resume request, then, when that stream was itself a resume, the delivery its own
 /// `Last-Event-ID` stood on, and so on.
 fn lineage<'a>(
-    xs: &'a [ExchangeSummary],
+    xs: &'a [Box<ExchangeSummary>],
     ix: &SessionIndex<'a>,
     resumed: usize,
     last_event_id: &str,
@@ -1559,7 +1572,7 @@ fn find_redeliveries<'a>(
 }
 
 /// The evidence of an acknowledged id delivered again.
-fn id_evidence(xs: &[ExchangeSummary], xi: usize, rd: &Redelivery<'_, IdFact>) -> Evidence {
+fn id_evidence(xs: &[Box<ExchangeSummary>], xi: usize, rd: &Redelivery<'_, IdFact>) -> Evidence {
     let x = &xs[xi];
     {
         let text = rd.again.text.as_deref().map(str::to_string);
@@ -1588,7 +1601,7 @@ fn id_evidence(xs: &[ExchangeSummary], xi: usize, rd: &Redelivery<'_, IdFact>) -
 
 /// The evidence of an acknowledged event (same type and data) delivered again.
 fn content_evidence(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     xi: usize,
     rd: &Redelivery<'_, ContentFact>,
 ) -> Evidence {
@@ -1620,7 +1633,7 @@ fn content_evidence(
 /// acknowledged id or event delivered again, the server's resume acknowledgment. Re-delivery
 /// is shown as evidence whatever decided the verdict.
 fn decide_opaque<'a>(
-    xs: &'a [ExchangeSummary],
+    xs: &'a [Box<ExchangeSummary>],
     ix: &SessionIndex<'a>,
     opts: &Options,
     xi: usize,
@@ -1767,7 +1780,7 @@ fn decide_opaque<'a>(
 }
 
 fn audit_resume<'a>(
-    xs: &'a [ExchangeSummary],
+    xs: &'a [Box<ExchangeSummary>],
     ix: &SessionIndex<'a>,
     cross: &'a CrossIndex,
     opts: &Options,
@@ -1936,7 +1949,7 @@ fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<S
 }
 
 fn audit_cursor(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     opts: &Options,
     xi: usize,
@@ -2138,7 +2151,7 @@ fn audit_cursor(
 /// [`idshape::MIN_DISTINCTIVE_KEY`] bytes that none of this session's own earlier ids had,
 /// and only when this session's own ids were seen (else its namespace is unknown).
 fn cross_session<'a>(
-    xs: &'a [ExchangeSummary],
+    xs: &'a [Box<ExchangeSummary>],
     ix: &SessionIndex<'a>,
     cross: &'a CrossIndex,
     xi: usize,
@@ -2212,7 +2225,7 @@ fn cross_session<'a>(
 /// Progress that goes backwards or repeats, a response delivered twice, a `list_changed`
 /// delivered again: on the resumed stream, against what the session delivered before.
 fn symptoms(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     opts: &Options,
     xi: usize,
@@ -2244,7 +2257,7 @@ type MakeFinding<'f> =
 /// For each progress token of the resumed stream: its first progress at or below the
 /// highest the session delivered before it, or progress going back within the stream.
 fn progress_regressions(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     xi: usize,
     s: &StreamSummary,
@@ -2305,7 +2318,7 @@ fn progress_regressions(
 /// JSON-RPC responses of the resumed stream whose request id was answered before, in the
 /// session or earlier on the same stream.
 fn duplicate_responses(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     xi: usize,
     s: &StreamSummary,
@@ -2360,7 +2373,7 @@ fn duplicate_responses(
 /// that order at or before `Last-Event-ID`.
 #[allow(clippy::too_many_arguments)]
 fn list_changed_again(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     opts: &Options,
     xi: usize,
@@ -2427,7 +2440,7 @@ fn list_changed_again(
 /// delivered an id, or it was a resume, so the client had one) and is over, a new GET without
 /// `Last-Event-ID` has dropped it. Resumes of request streams and of ids never delivered do not
 /// belong to the lineage: the standalone stream may reconnect without a cursor it never had.
-fn cursor_lost(xs: &[ExchangeSummary], ix: &SessionIndex<'_>, out: &mut Vec<Finding>) {
+fn cursor_lost(xs: &[Box<ExchangeSummary>], ix: &SessionIndex<'_>, out: &mut Vec<Finding>) {
     struct Held {
         at: usize,
         id: String,
@@ -2527,7 +2540,7 @@ fn lost_cursor(
 
 /// The same response (same id, same content) delivered twice where no resume is involved.
 fn loose_duplicate_responses(
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     ix: &SessionIndex<'_>,
     out: &mut Vec<Finding>,
 ) {
@@ -2572,7 +2585,7 @@ fn loose_duplicate_responses(
 
 fn view(
     sid: &str,
-    xs: &[ExchangeSummary],
+    xs: &[Box<ExchangeSummary>],
     members: &[usize],
     resumes: &[Box<ResumeRecord>],
     resume_of: &HashMap<JoinKey, usize, rustc_hash::FxBuildHasher>,
@@ -2597,7 +2610,7 @@ fn view(
         .iter()
         .take(MAX_VIEW_EXCHANGES)
         .map(|&i| {
-            let mut x = xs[i].clone();
+            let mut x = ExchangeSummary::clone(&xs[i]);
             // The view shows counts and ends, not the facts behind the checks.
             if let Some(s) = x.stream_mut() {
                 s.id_facts = Default::default();
