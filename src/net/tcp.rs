@@ -877,12 +877,10 @@ impl TcpConnection {
             if other.next < h.needs && !other.ended {
                 // Let through by the peer's acknowledgment before the wait is over, still
                 // ahead of bytes it acknowledges.
-                let unseen = h.needs - other.next;
-                let unseen = if unseen <= u64::from(UNSEEN_REACH) {
-                    unseen
-                } else {
-                    0
-                };
+                // How far past the peer's bytes given it reaches; 0 when implausibly far.
+                let unseen = Some(h.needs - other.next)
+                    .filter(|&n| n <= u64::from(UNSEEN_REACH))
+                    .unwrap_or(0);
                 sink.ahead_of_peer(self.halves[d].dir, h.mark, unseen);
             } else if h.needs > 0 && other.next == h.needs {
                 sink.after_peer(self.halves[d].dir, h.mark);
