@@ -1194,19 +1194,24 @@ impl Batch {
 
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_MSGS: usize = 512;
-/// Batches queued per worker before the reader waits: with more threads than cores, the
-/// reader is sometimes off a core for a while, and the workers live on this reserve meanwhile
-/// (256 KiB of payload per worker). Every batch ever made is kept, so the reserve is paid for
-/// at the peak: 8 batches of 256 KiB cost about 6 MiB more there, and 4 of 128 KiB another
-/// 2 MiB, for no wall or CPU time to show on two cores in alternated runs.
-const BATCHES_QUEUED: usize = 4;
+/// Batches queued per worker before the reader waits. With more threads than cores, a worker
+/// is sometimes off a core for a while; its queue fills and the reader, waiting on it, starves
+/// the other worker, so that a core idles while a thread waits for it (`perf sched` on the
+/// default mix at 4: the reader asleep 125 of 280 ms, one core idle 36% of the run). At 16
+/// (1 MiB of payload per worker) the default and tiny mixes take 15–17% less wall time with
+/// `-j2` than at 4, in alternated runs, for about 2 MiB more at the peak; 32 gains nothing
+/// more. Every batch ever made is kept, so the reserve is paid for at the peak.
+const BATCHES_QUEUED: usize = 16;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
 const HAND_OVER_FRAMES: u64 = 1 << 14;
 
 /// Hand-overs queued for the session stage before the workers wait: one hand-over holds the
-/// exchanges a batch ended, which for tiny packets can be a thousand, so few are allowed.
-const HANDED_QUEUED: usize = 4;
+/// exchanges a batch ended (for tiny packets up to a few hundred). Where the stage is the
+/// busiest thread (many sessions, reconnect storms), a short queue stops a worker each time
+/// the stage is off a core: 16 against 4 took 8–11% off those mixes' `-j2` wall time, about
+/// 1 MiB more at the peak.
+const HANDED_QUEUED: usize = 16;
 
 /// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
