@@ -156,7 +156,10 @@ pub struct CaptureReader<R: Read> {
     skipped_records: u64,
 }
 
-const READ_CHUNK: usize = 1 << 20;
+/// Bytes asked of the file at a time. Small enough that what a read copied is still in the
+/// core's second-level cache when the records are parsed: with 1 MiB, `-j1` on the default
+/// mix spent 8–10% more CPU (perf stat, 5 runs each, 64 and 128 KiB alike).
+const READ_CHUNK: usize = 128 << 10;
 
 impl<R: Read> CaptureReader<R> {
     /// Reads the file header. `max_block` bounds the size of any single record.
