@@ -326,7 +326,8 @@ if [[ -n $MIXES ]]; then
         capture "$MIX_SIZE" "$SEED" "$f" --mix "$mix" --expect "$f.expect"
         cat "$f" >/dev/null
         b=$(bytes_of "$f")
-        packets=$(capinfos -c -M "$f" 2>/dev/null | awk -F: '/Number of packets/ { gsub(/ /, "", $2); print $2 }')
+        # capinfos comes with tshark; without it the column says "-".
+        packets=$({ capinfos -c -M "$f" 2>/dev/null || true; } | awk -F: '/Number of packets/ { gsub(/ /, "", $2); print $2 }')
         resumes=$(wc -l <"$f.expect")
         read -r mc _ _ < <(median_of cat "$f")
         read -r mw1 _ mc1 < <(median_of "$BIN" -q -j1 "$f")
