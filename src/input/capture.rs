@@ -824,6 +824,39 @@ mod tests {
     }
 
     #[test]
+    fn records_across_many_reads_and_one_larger_than_a_read_come_out_whole() {
+        // Several read chunks of records of every small size, one record three times as large
+        // as a read in the middle (the buffer must grow for it) and more after it.
+        let datas: Vec<Vec<u8>> = (0..3_000u32)
+            .map(|i| {
+                let len = if i == 1_500 {
+                    3 * READ_CHUNK + 7
+                } else {
+                    (i as usize * 37) % 1_500
+                };
+                (0..len).map(|j| (i as usize + j) as u8).collect()
+            })
+            .collect();
+        let records: Vec<(u32, u32, &[u8])> = datas
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i as u32, 0, d.as_slice()))
+            .collect();
+        let bytes = pcap(false, false, 1, &records);
+        assert!(bytes.len() > 6 * READ_CHUNK);
+        let (seen, res, trunc) = read_every_way(&bytes);
+        assert_eq!(res, Ok(()));
+        assert_eq!(trunc, None);
+        assert_eq!(seen.len(), datas.len());
+        let mut offset = 24;
+        for (s, d) in seen.iter().zip(&datas) {
+            assert_eq!(&s.data, d, "frame {}", s.frame);
+            assert_eq!(s.offset, offset);
+            offset += 16 + d.len() as u64;
+        }
+    }
+
+    #[test]
     fn truncated_pcap_ends_at_the_last_whole_record() {
         let bytes = pcap(false, false, 1, &[(1, 0, b"first"), (2, 0, b"second")]);
         for cut in [bytes.len() - 1, bytes.len() - 6, 24 + 16 + 5 + 3] {
