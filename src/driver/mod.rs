@@ -1195,12 +1195,12 @@ impl Batch {
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_MSGS: usize = 512;
 /// Batches queued per worker before the reader waits. With more threads than cores, a worker
-/// is sometimes off a core for a while; its queue fills and the reader, waiting on it, starves
-/// the other worker, so that a core idles while a thread waits for it (`perf sched` on the
-/// default mix at 4: the reader asleep 125 of 280 ms, one core idle 36% of the run). At 16
-/// (1 MiB of payload per worker) the default and tiny mixes take 15–17% less wall time with
-/// `-j2` than at 4, in alternated runs, for about 2 MiB more at the peak; 32 gains nothing
-/// more. Every batch ever made is kept, so the reserve is paid for at the peak.
+/// is sometimes off a core for a while; a short queue then fills, the reader waits on it, and
+/// the other worker may run dry: at 4, `perf sched` on the default mix with `-j2` found one
+/// core idle 36% of the run, at 16 (1 MiB of payload per worker) 16%. With 16 hand-overs to
+/// the stage (below), 16 takes 17–19% off the `-j2` wall time of the default and tiny mixes
+/// against 4, in alternated runs, for about 2 MiB more at the peak; 32 gained nothing more.
+/// Every batch ever made is kept, so the reserve is paid for at the peak.
 const BATCHES_QUEUED: usize = 16;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
