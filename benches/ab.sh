@@ -34,6 +34,9 @@ for cap in "$@"; do
             for side in a b; do
                 bin=$A
                 [[ $side == b ]] && bin=$B
+                # Read again just before the run: a kernel that reclaims cold pages (DAMON)
+                # drops much of a large capture from the page cache within seconds.
+                cat -- "$cap" >/dev/null
                 # Exit status 1 (findings) and 3 (traffic not read) are reports too.
                 status=0
                 /usr/bin/time -f "%U %S %M" -o "$TMP/t" "$bin" -q "-j$j" "${EXTRA[@]}" "$cap" \
