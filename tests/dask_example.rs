@@ -48,6 +48,9 @@ fn dask_map_group_reduce_equals_the_single_run() {
     let report = work.path().join("report.jsonl");
     let out = Command::new(python)
         .current_dir(root)
+        // Dask's workers spill and lock under its temporary directory: inside `work`, so that
+        // it goes with the test rather than staying in the system's.
+        .env("DASK_TEMPORARY_DIRECTORY", work.path().join("dask"))
         .arg("examples/dask/audit_fleet.py")
         .arg("--bin")
         .arg(env!("CARGO_BIN_EXE_mcp-resume-audit"))

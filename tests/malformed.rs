@@ -86,14 +86,15 @@ fn run_paths(paths: &[&Path], flags: &[&str]) -> Run {
     run(&args)
 }
 
-/// A fresh path in a per-process temporary folder.
-fn tempfile(name: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir =
-        std::env::temp_dir().join(format!("mcp-resume-audit-malformed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed)))
+/// A fresh file in the temporary folder, removed when the returned guard is dropped (a
+/// folder per process was left behind by every run).
+fn tempfile(name: &str) -> tempfile::TempPath {
+    tempfile::Builder::new()
+        .prefix("mcp-resume-audit-malformed-")
+        .suffix(&format!("-{name}"))
+        .tempfile()
+        .expect("temp file")
+        .into_temp_path()
 }
 
 fn verdicts(r: &Run) -> Vec<&str> {
@@ -392,7 +393,7 @@ const CASES: &[Case] = &[
 fn every_malformed_file_gives_its_documented_behaviour() {
     for case in CASES {
         let path = corpus_dir().join(case.file);
-        let r = run_paths(&[&path], &[]);
+        let r = run_paths(&[&*path], &[]);
         let what = format!("{}: stderr {:?}", case.file, r.stderr);
         assert_eq!(r.code, case.code, "{what}");
         if case.stderr.is_empty() {
@@ -540,7 +541,7 @@ fn a_one_megabyte_header_is_dropped_within_the_head_limit() {
         .map(std::io::BufWriter::new)
         .unwrap();
     malformed::huge_header(out, 1 << 20).unwrap();
-    let r = run_paths(&[&path], &[]);
+    let r = run_paths(&[&*path], &[]);
     assert_eq!(r.code, 1);
     assert_eq!(verdicts(&r), ["capture_incomplete"]);
     assert!(
@@ -564,7 +565,7 @@ fn a_100_megabyte_sse_line_costs_no_memory() {
         .map(std::io::BufWriter::new)
         .unwrap();
     malformed::endless_sse_line(out, 100 << 20).unwrap();
-    let r = run_paths(&[&path], &[]);
+    let r = run_paths(&[&*path], &[]);
     let _ = std::fs::remove_file(&path);
     // The line never ends, so no event is complete: an event stream closed without an id.
     assert_eq!(verdicts(&r), ["empty"]);
@@ -590,7 +591,7 @@ fn a_flood_of_open_connections_is_evicted_and_said_so() {
         .unwrap();
     malformed::connection_flood(out, n).unwrap();
     let max = 1000u64;
-    let r = run_paths(&[&path], &["--max-connections", &max.to_string()]);
+    let r = run_paths(&[&*path], &["--max-connections", &max.to_string()]);
     let _ = std::fs::remove_file(&path);
     assert_eq!(r.code, 1);
     assert_eq!(r.summary["tcp_connections"], u64::from(n));

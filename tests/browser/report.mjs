@@ -38,7 +38,11 @@ const browser = spawn(opt.chromium, [
   '--disable-background-networking', '--disable-component-update', '--disable-sync',
   '--no-first-run', '--no-default-browser-check', '--disable-extensions',
   '--user-data-dir=' + profile, '--remote-debugging-pipe', 'about:blank',
-], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+], {
+  stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+  // Its own temporary folders go inside the profile, removed with it.
+  env: { ...process.env, TMPDIR: profile },
+});
 let stderr = '';
 browser.stderr.on('data', (d) => { stderr += d; });
 
@@ -79,11 +83,25 @@ function check(cond, what) {
   if (!cond) problems.push(what);
   return cond;
 }
+let finished = false;
 function finish(code, seen) {
+  if (finished) return;
+  finished = true;
   process.stdout.write(JSON.stringify({ ok: code === 0, problems, seen }, null, 1) + '\n');
+  // The profile is removed once the browser has exited: removed while it still ran, the
+  // browser wrote into it again and the folder stayed behind after every run.
+  const done = () => {
+    try { rmSync(profile, { recursive: true, force: true }); } catch (e) { /* left for the OS */ }
+    process.exit(code);
+  };
+  if (browser.exitCode !== null || browser.signalCode !== null) {
+    done();
+    return;
+  }
+  browser.once('exit', done);
   browser.kill();
-  try { rmSync(profile, { recursive: true, force: true }); } catch (e) { /* left for the OS */ }
-  process.exit(code);
+  setTimeout(() => browser.kill('SIGKILL'), 3000).unref();
+  setTimeout(done, 5000);
 }
 const timer = setTimeout(() => {
   problems.push('timed out; chromium said: ' + stderr.slice(-2000));
