@@ -61,7 +61,6 @@ fn run(args: &[&std::ffi::OsStr]) -> Run {
     };
     let stderr = reader.join().unwrap_or_default();
     let text = std::fs::read_to_string(&out_file).unwrap_or_default();
-    let _ = std::fs::remove_file(&out_file);
     let mut lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
@@ -393,7 +392,7 @@ const CASES: &[Case] = &[
 fn every_malformed_file_gives_its_documented_behaviour() {
     for case in CASES {
         let path = corpus_dir().join(case.file);
-        let r = run_paths(&[&*path], &[]);
+        let r = run_paths(&[&path], &[]);
         let what = format!("{}: stderr {:?}", case.file, r.stderr);
         assert_eq!(r.code, case.code, "{what}");
         if case.stderr.is_empty() {
@@ -541,7 +540,7 @@ fn a_one_megabyte_header_is_dropped_within_the_head_limit() {
         .map(std::io::BufWriter::new)
         .unwrap();
     malformed::huge_header(out, 1 << 20).unwrap();
-    let r = run_paths(&[&*path], &[]);
+    let r = run_paths(&[&path], &[]);
     assert_eq!(r.code, 1);
     assert_eq!(verdicts(&r), ["capture_incomplete"]);
     assert!(
@@ -555,7 +554,6 @@ fn a_one_megabyte_header_is_dropped_within_the_head_limit() {
     // Raised to fit, the same answer is read whole.
     let r = run_paths(&[&path], &["--max-header-bytes", "2000000"]);
     assert_eq!(verdicts(&r), ["correct"]);
-    let _ = std::fs::remove_file(&path);
 }
 
 #[test]
@@ -565,8 +563,7 @@ fn a_100_megabyte_sse_line_costs_no_memory() {
         .map(std::io::BufWriter::new)
         .unwrap();
     malformed::endless_sse_line(out, 100 << 20).unwrap();
-    let r = run_paths(&[&*path], &[]);
-    let _ = std::fs::remove_file(&path);
+    let r = run_paths(&[&path], &[]);
     // The line never ends, so no event is complete: an event stream closed without an id.
     assert_eq!(verdicts(&r), ["empty"]);
     assert_eq!(r.summary["tcp_gaps"], 0);
@@ -591,8 +588,7 @@ fn a_flood_of_open_connections_is_evicted_and_said_so() {
         .unwrap();
     malformed::connection_flood(out, n).unwrap();
     let max = 1000u64;
-    let r = run_paths(&[&*path], &["--max-connections", &max.to_string()]);
-    let _ = std::fs::remove_file(&path);
+    let r = run_paths(&[&path], &["--max-connections", &max.to_string()]);
     assert_eq!(r.code, 1);
     assert_eq!(r.summary["tcp_connections"], u64::from(n));
     let evicted = r.summary["connections_evicted"].as_u64().unwrap();

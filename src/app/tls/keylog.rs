@@ -304,7 +304,7 @@ mod tests {
         for h in 0..=255u8 {
             for l in 0..=255u8 {
                 let mut out = [0u8; 2];
-                // The pair second, after a valid one, so that a bad digit anywhere is caught.
+                // After a valid pair: a bad digit must spoil the whole text, not only its pair.
                 let ok = decode_hex(&[b'7', b'f', h, l], &mut out);
                 let want = value(h).zip(value(l)).map(|(h, l)| h << 4 | l);
                 assert_eq!(ok, want.is_some(), "{h:#04x} {l:#04x}");
