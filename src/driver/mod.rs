@@ -161,7 +161,7 @@ impl TlsKeys {
             match std::fs::read(path) {
                 Err(e) => messages.push((true, format!("{name}: cannot read the key log: {e}"))),
                 Ok(text) => {
-                    let stats = keys.add_nss(&text, KeySource::File(name.clone()));
+                    let stats = keys.add_nss(&text, KeySource::File(name.as_str().into()));
                     if stats.secrets == 0 {
                         messages.push((false, format!("{name}: no TLS secrets in this key log")));
                     }

@@ -12,8 +12,10 @@
 //! value is counted as a conflict.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::app::tls::crypto::Secret;
+use crate::net::flow::FoldHashKey;
 
 /// Malformed lines named in one [`KeyLogStats`]; more are only counted.
 pub(crate) const MAX_NAMED_ERRORS: usize = 32;
@@ -23,7 +25,8 @@ const MAX_LINE_LEN: usize = 1024;
 /// Where secrets came from: a key log file named by the user, or the capture itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum KeySource {
-    File(String),
+    /// Shared by every client random the file names, and by every connection they open.
+    File(Arc<str>),
     /// A pcapng Decryption Secrets Block.
     Embedded,
 }
@@ -74,7 +77,7 @@ pub(crate) struct KeyLogStats {
 /// Blocks are read; never shrinks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyLog {
-    sessions: HashMap<[u8; 32], SessionSecrets>,
+    sessions: HashMap<[u8; 32], SessionSecrets, FoldHashKey>,
     /// Secrets stored so far: a connection waiting for keys looks again only when it moved.
     generation: u64,
 }
