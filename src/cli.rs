@@ -10,13 +10,12 @@ const REPORT_BUFFER: usize = 256 << 10;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use mcp_resume_audit::{
     self as driver, AuditOptions, DEFAULT_SESSION_MEMORY, HumanReport, IdPattern, Limits, Options,
-    Progress, Retention,
+    Progress, ReportFile, Retention,
 };
 
 /// Audits MCP Streamable HTTP stream resumption in packet captures.
@@ -67,7 +66,8 @@ struct Cli {
     reduce: bool,
 
     /// Write the JSON Lines report to FILE instead of standard output (`-`: standard output).
-    /// FILE is replaced only when the run is over; an input is never overwritten.
+    /// A regular FILE is replaced only when the run is over; a device or a named pipe
+    /// (`/dev/null`, `/dev/stdout`) is written into. An input is never overwritten.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 
@@ -313,17 +313,11 @@ fn emit_facts(
         return Ok(o.exit_code());
     }
     refuse_to_overwrite_an_input(path, &cli.inputs)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    let mut out = BufWriter::new(tmp.as_file_mut());
+    let mut target = ReportFile::create(path)?;
+    let mut out = BufWriter::new(target.file_mut());
     let o = driver::map_run(&cli.inputs, opts, &mut out, &mut err)?;
     out.into_inner().map_err(|e| e.into_error())?;
-    tmp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    target.finish()?;
     Ok(o.exit_code())
 }
 
@@ -410,17 +404,12 @@ fn real_main() -> anyhow::Result<i32> {
     let outcome = match cli.output.as_deref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
             refuse_to_overwrite_an_input(path, &cli.inputs)?;
-            // The report goes to a temporary file beside the target, renamed at the end: a
-            // run that fails or is stopped leaves the target as it was.
-            let dir = match path.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d,
-                _ => std::path::Path::new("."),
-            };
-            let tmp = tempfile::NamedTempFile::new_in(dir)
-                .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-            let mut tmp = tmp;
+            // A regular file gets the report under a temporary name beside it, renamed at the
+            // end: a run that fails or is stopped leaves the target as it was. A device or a
+            // pipe (`-o /dev/null`) is written in place.
+            let mut target = ReportFile::create(path)?;
             // Only the text account carries styles: JSON Lines skip the stripping pass.
-            let file = tmp.as_file_mut();
+            let file = target.file_mut();
             let inner: Box<dyn Write + '_> = if opts.human == HumanReport::Instead {
                 Box::new(anstream::StripStream::new(file))
             } else {
@@ -429,8 +418,7 @@ fn real_main() -> anyhow::Result<i32> {
             let mut out = BufWriter::with_capacity(REPORT_BUFFER, inner);
             let o = report(&mut out, &mut err)?;
             out.into_inner().map_err(|e| e.into_error())?;
-            tmp.persist(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            target.finish()?;
             o
         }
         None => {

@@ -48,6 +48,7 @@ pub use driver::{
 pub use exchange::ResumeRecord;
 pub use input::set::files_under;
 pub use record::Limits;
+pub use report::dest::ReportFile;
 pub use report::{write_finding, write_resume, write_session};
 
 /// The stages one at a time, for benches, property tests and the fuzz crate. Not an API: no

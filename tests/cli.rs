@@ -104,3 +104,81 @@ fn completions_and_the_manual_come_from_the_flags() {
     // Either stands alone: with an input it is refused.
     assert_eq!(run(&["--man", FIXTURE]).status.code(), Some(2));
 }
+
+/// Reads a named pipe to its end on a thread of its own; `None` if nothing opened it for
+/// writing within the time given (the run replaced the pipe instead of writing into it).
+fn read_fifo(path: &Path) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Ok(bytes) = std::fs::read(&path) {
+            let _ = tx.send(bytes);
+        }
+    });
+    rx
+}
+
+#[test]
+fn named_pipes_and_devices_are_written_into_never_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let pipe = |name: &str| {
+        let p = dir.path().join(name);
+        let made = Command::new("mkfifo").arg(&p).status().expect("mkfifo");
+        assert!(made.success());
+        p
+    };
+    let (report, html, facts) = (pipe("report"), pipe("page"), pipe("facts"));
+    let wanted = run(&["-q", FIXTURE]);
+    assert!(!wanted.stdout.is_empty());
+
+    let (report_rx, html_rx) = (read_fifo(&report), read_fifo(&html));
+    let out = run(&[
+        "-q",
+        "-o",
+        report.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+        FIXTURE,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        wanted.status.code(),
+        "{}",
+        text(&out.stderr)
+    );
+    let wait = std::time::Duration::from_secs(60);
+    assert_eq!(
+        report_rx
+            .recv_timeout(wait)
+            .expect("the report in the pipe"),
+        wanted.stdout
+    );
+    let page = html_rx.recv_timeout(wait).expect("the page in the pipe");
+    assert!(text(&page).contains("</html>"));
+
+    let facts_rx = read_fifo(&facts);
+    let out = run(&["-q", "--emit-facts", facts.to_str().unwrap(), FIXTURE]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !facts_rx
+            .recv_timeout(wait)
+            .expect("the facts in the pipe")
+            .is_empty()
+    );
+
+    for p in [&report, &html, &facts] {
+        assert!(
+            std::fs::metadata(p).unwrap().file_type().is_fifo(),
+            "{}",
+            p.display()
+        );
+    }
+    // Nothing else was left beside them (no temporary file).
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+
+    let null = run(&["-q", "-o", "/dev/null", FIXTURE]);
+    assert_eq!(null.status.code(), wanted.status.code());
+    let null_type = std::fs::metadata("/dev/null").unwrap().file_type();
+    assert!(null_type.is_char_device());
+}

@@ -236,7 +236,9 @@ const JS: &str = include_str!("assets/report.js");
 /// The HTML report being written.
 pub struct HtmlReport {
     dest: PathBuf,
-    temp: PathBuf,
+    /// The file written until the page is whole, then renamed to `dest`; none when `dest` is
+    /// written in place (a device or a pipe, see [`super::dest`]).
+    temp: Option<PathBuf>,
     out: Option<BufWriter<File>>,
     lines: u64,
     summary: Option<SummaryLine>,
@@ -253,10 +255,21 @@ impl HtmlReport {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "report.html".to_string());
-        let temp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let file = File::create(&temp).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot create {}: {e}", temp.display()))
-        })?;
+        let (file, temp) = if super::dest::written_in_place(dest) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dest)
+                .map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot open {}: {e}", dest.display()))
+                })?;
+            (file, None)
+        } else {
+            let temp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+            let file = File::create(&temp).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot create {}: {e}", temp.display()))
+            })?;
+            (file, Some(temp))
+        };
         let mut report = HtmlReport {
             dest: dest.to_path_buf(),
             temp,
@@ -366,14 +379,17 @@ impl HtmlReport {
         out.write_all(b"\n]</script>\n")?;
         tail.write_into(&mut out)?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
+        let Some(temp) = &self.temp else {
+            return Ok(());
+        };
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&self.temp, &self.dest).map_err(|e| {
+        std::fs::rename(temp, &self.dest).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!(
                     "cannot rename {} to {}: {e}",
-                    self.temp.display(),
+                    temp.display(),
                     self.dest.display()
                 ),
             )
@@ -384,8 +400,10 @@ impl HtmlReport {
 impl Drop for HtmlReport {
     /// A page never finished leaves no file behind.
     fn drop(&mut self) {
-        if self.out.take().is_some() {
-            let _ = std::fs::remove_file(&self.temp);
+        if self.out.take().is_some()
+            && let Some(temp) = &self.temp
+        {
+            let _ = std::fs::remove_file(temp);
         }
     }
 }

@@ -9,6 +9,7 @@
 //! docs/findings.md).
 //! Invariants: no I/O here beyond the writer handed in; the same records give the same bytes.
 
+pub mod dest;
 pub mod files;
 pub mod html;
 mod json;
