@@ -161,7 +161,11 @@ fn open_in_browser(page: &Path, expect: &serde_json::Value, extra: &[&str]) -> b
             return false;
         }
     };
+    // The browser's profile goes in a folder of this test's, removed when the test ends
+    // whatever the script managed to remove.
+    let scratch = tempfile::tempdir().expect("a temporary folder");
     let out = Command::new(node)
+        .env("TMPDIR", scratch.path())
         .arg(root().join("tests/browser/report.mjs"))
         .arg("--html")
         .arg(page)

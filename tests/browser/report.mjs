@@ -42,7 +42,14 @@ const browser = spawn(opt.chromium, [
   stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
   // Its own temporary folders go inside the profile, removed with it.
   env: { ...process.env, TMPDIR: profile },
+  // A process group of its own, so that its helper processes can be stopped with it.
+  detached: true,
 });
+// Stops the browser and every helper it started, which could otherwise write into the
+// profile after it was removed.
+function killAll(signal) {
+  try { process.kill(-browser.pid, signal); } catch (e) { /* already gone */ }
+}
 let stderr = '';
 browser.stderr.on('data', (d) => { stderr += d; });
 
@@ -90,7 +97,10 @@ function finish(code, seen) {
   process.stdout.write(JSON.stringify({ ok: code === 0, problems, seen }, null, 1) + '\n');
   // The profile is removed once the browser has exited: removed while it still ran, the
   // browser wrote into it again and the folder stayed behind after every run.
+  // Under load the browser can take seconds to exit; its helpers are killed before the
+  // profile goes, whichever way it ends.
   const done = () => {
+    killAll('SIGKILL');
     try { rmSync(profile, { recursive: true, force: true }); } catch (e) { /* left for the OS */ }
     process.exit(code);
   };
@@ -99,8 +109,8 @@ function finish(code, seen) {
     return;
   }
   browser.once('exit', done);
-  browser.kill();
-  setTimeout(() => browser.kill('SIGKILL'), 3000).unref();
+  killAll('SIGTERM');
+  setTimeout(() => killAll('SIGKILL'), 3000).unref();
   setTimeout(done, 5000);
 }
 const timer = setTimeout(() => {
