@@ -5,10 +5,10 @@
 //! leave them out (`--html` without `--sessions`), and the tee keeps them out of the JSON
 //! Lines then.
 //! Output: one HTML file, written to a temporary file beside the destination and renamed over
-//! it by [`HtmlReport::finish`]: the summary rendered as HTML (inputs, coverage, verdicts,
-//! findings), the lines themselves embedded as one JSON array in a
-//! `<script type="application/json">` element, and the script that draws a timeline per
-//! session from them in the browser. Nothing is fetched: the styles and the script are inline.
+//! it by [`HtmlReport::finish`] (a device or a pipe is written into, see [`super::dest`]): the
+//! summary rendered as HTML (inputs, coverage, verdicts, findings), the lines themselves
+//! embedded as one JSON array in a `<script type="application/json">` element, and the script
+//! that draws a timeline per session from them in the browser. Nothing is fetched: the styles and the script are inline.
 //! Invariants:
 //! - One source of truth: the page shows what the JSON lines say, nothing is analyzed again.
 //!   Each line is parsed with serde_json as it passes, and embedded as it was written.
@@ -26,10 +26,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use askama::Template;
 use serde::{Deserialize, Serialize};
+
+use super::dest::ReportFile;
 
 /// Session groups drawn on one page without paging; past this, the page shows them in pages
 /// of [`PAGE_SESSIONS`].
@@ -235,10 +237,9 @@ const JS: &str = include_str!("assets/report.js");
 
 /// The HTML report being written.
 pub struct HtmlReport {
-    dest: PathBuf,
-    /// The file written until the page is whole, then renamed to `dest`; none when `dest` is
-    /// written in place (a device or a pipe, see [`super::dest`]).
-    temp: Option<PathBuf>,
+    /// Where the page goes (beside its destination until it is whole, or the destination
+    /// itself when that is a device or a pipe); `None` once finished.
+    target: Option<ReportFile>,
     out: Option<BufWriter<File>>,
     lines: u64,
     summary: Option<SummaryLine>,
@@ -248,31 +249,13 @@ pub struct HtmlReport {
 }
 
 impl HtmlReport {
-    /// Starts the page at a temporary file beside `dest`; `inputs` as the command line names
-    /// them.
+    /// Starts the page at a temporary file beside `dest` (or in `dest` itself when it is a
+    /// device or a pipe); `inputs` as the command line names them.
     pub fn create(dest: &Path, inputs: &[String]) -> std::io::Result<Self> {
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "report.html".to_string());
-        let (file, temp) = if super::dest::written_in_place(dest) {
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dest)
-                .map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("cannot open {}: {e}", dest.display()))
-                })?;
-            (file, None)
-        } else {
-            let temp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-            let file = File::create(&temp).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot create {}: {e}", temp.display()))
-            })?;
-            (file, Some(temp))
-        };
+        let mut target = ReportFile::create(dest)?;
+        let file = target.file_mut().try_clone()?;
         let mut report = HtmlReport {
-            dest: dest.to_path_buf(),
-            temp,
+            target: Some(target),
             out: Some(BufWriter::new(file)),
             lines: 0,
             summary: None,
@@ -379,31 +362,25 @@ impl HtmlReport {
         out.write_all(b"\n]</script>\n")?;
         tail.write_into(&mut out)?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
-        let Some(temp) = &self.temp else {
-            return Ok(());
-        };
-        file.sync_all()?;
+        let target = self
+            .target
+            .take()
+            .ok_or_else(|| std::io::Error::other("the HTML report is already finished"))?;
+        if let ReportFile::Replacing(..) = target {
+            // On the disk before it takes the destination's name.
+            file.sync_all()?;
+        }
         drop(file);
-        std::fs::rename(temp, &self.dest).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot rename {} to {}: {e}",
-                    temp.display(),
-                    self.dest.display()
-                ),
-            )
-        })
+        target.finish()
     }
 }
 
 impl Drop for HtmlReport {
-    /// A page never finished leaves no file behind.
+    /// A page never finished leaves no file behind (its temporary file removes itself) and
+    /// writes nothing more where it was going.
     fn drop(&mut self) {
-        if self.out.take().is_some()
-            && let Some(temp) = &self.temp
-        {
-            let _ = std::fs::remove_file(temp);
+        if let Some(out) = self.out.take() {
+            let _ = out.into_parts();
         }
     }
 }
@@ -456,6 +433,7 @@ impl Write for Tee<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     const HOSTILE: &str = "</script><img src=x onerror=alert(1)><!--";
 
