@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Whether `path` names something that exists and is not a regular file (symbolic links
 /// followed): the report is then written into it, not renamed over it.
-pub fn written_in_place(path: &Path) -> bool {
+fn written_in_place(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| !m.is_file())
 }
 

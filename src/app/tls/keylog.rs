@@ -158,14 +158,32 @@ fn common_line(line: &[u8]) -> Option<(Label, [u8; 32], [u8; 48], usize)> {
     let label = label(&line[..space])?;
     let rest = &line[space + 1..];
     let (random_hex, gap, secret_hex) = (rest.get(..64)?, rest.get(64)?, rest.get(65..)?);
-    if *gap != b' ' || secret_hex.is_empty() || secret_hex.len() % 2 != 0 || secret_hex.len() > 96 {
+    if *gap != b' ' || secret_hex.is_empty() {
         return None;
     }
+    let (random, secret, secret_len) = decode_fields(random_hex, secret_hex).ok()?;
+    Some((label, random, secret, secret_len))
+}
+
+/// A line's client random and secret (the secret in its first `len` bytes), decoded; the
+/// error says which is wrong.
+fn decode_fields(
+    random_hex: &[u8],
+    secret_hex: &[u8],
+) -> Result<([u8; 32], [u8; 48], usize), &'static str> {
     let mut random = [0u8; 32];
+    if !decode_hex(random_hex, &mut random) {
+        return Err("client random is not 64 hex digits");
+    }
+    if !secret_hex.len().is_multiple_of(2) || secret_hex.len() > 96 {
+        return Err("secret is not 32 or 48 bytes of hex");
+    }
     let mut secret = [0u8; 48];
-    let secret_len = secret_hex.len() / 2;
-    (decode_hex(random_hex, &mut random) && decode_hex(secret_hex, &mut secret[..secret_len]))
-        .then_some((label, random, secret, secret_len))
+    let len = secret_hex.len() / 2;
+    if !decode_hex(secret_hex, &mut secret[..len]) {
+        return Err("secret is not hex");
+    }
+    Ok((random, secret, len))
 }
 
 enum Stored {
@@ -260,18 +278,7 @@ impl KeyLog {
                 else {
                     return Err("expected three fields: label, client random, secret");
                 };
-                let mut random = [0u8; 32];
-                if !decode_hex(random_hex, &mut random) {
-                    return Err("client random is not 64 hex digits");
-                }
-                let mut secret = [0u8; 48];
-                if secret_hex.len() % 2 != 0 || secret_hex.len() > 96 {
-                    return Err("secret is not 32 or 48 bytes of hex");
-                }
-                let secret_len = secret_hex.len() / 2;
-                if !decode_hex(secret_hex, &mut secret[..secret_len]) {
-                    return Err("secret is not hex");
-                }
+                let (random, secret, secret_len) = decode_fields(random_hex, secret_hex)?;
                 let Some(label) = label(name) else {
                     stats.unknown_labels += 1;
                     return Ok(());
