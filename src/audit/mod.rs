@@ -1027,10 +1027,13 @@ const HELD_EXCHANGE: usize = 296;
 const HELD_STREAM: usize = 520;
 const HELD_RESUME: usize = 952;
 
-/// About what an exchange's summary and resume occupy while held.
+/// About what an exchange's summary and resume occupy while held, from what they hold alone:
+/// text by its length, lists by the room [`grown_room`] gives them. Their room as allocated
+/// differs between a summary made from the capture and the same summary read back from a
+/// facts file (`--reduce`), and counted, it made the two retire different sessions early.
 fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
     use std::mem::size_of;
-    let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     let mut n = HELD_EXCHANGE
         + text(&x.session_id)
         + text(&x.method)
@@ -1046,21 +1049,22 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
                 .sum::<usize>()
             + s.content.iter().count() * size_of::<ContentFact>()
             + grown_room(s.progress.len()) * (size_of::<crate::exchange::ProgressTrack>() + 32)
-            + s.list_changed.capacity() * (size_of::<crate::exchange::ListChangedFact>() + 48)
-            + s.shapes.capacity() * (size_of::<crate::exchange::ShapeTally>() + 32)
-            + s.keys.capacity() * size_of::<u64>()
+            + grown_room(s.list_changed.len())
+                * (size_of::<crate::exchange::ListChangedFact>() + 48)
+            + grown_room(s.shapes.len()) * (size_of::<crate::exchange::ShapeTally>() + 32)
+            + grown_room(s.keys.len()) * size_of::<u64>()
             + s.dup_ids.len() * (size_of::<crate::exchange::DupId>() + 32)
-            + s.retry.capacity() * size_of::<(u64, Mark)>()
+            + grown_room(s.retry.len()) * size_of::<(u64, Mark)>()
             + [&s.first_id, &s.last_id, &s.max_int_id]
                 .iter()
-                .map(|i| i.as_ref().map_or(0, |i| i.text.capacity()))
+                .map(|i| i.as_ref().map_or(0, |i| i.text.len()))
                 .sum::<usize>();
     }
     if let Some(r) = r {
         n += HELD_RESUME
-            + r.last_event_id.capacity()
-            + r.method.capacity()
-            + r.target.capacity()
+            + r.last_event_id.len()
+            + r.method.len()
+            + r.target.len()
             + text(&r.first_event_id)
             + text(&r.session_id)
             + text(&r.content_type);
@@ -2677,6 +2681,46 @@ mod tests {
             );
             assert_eq!(text_with_number("", n, ""), n.to_string());
         }
+    }
+
+    #[test]
+    fn the_budget_counts_what_a_summary_holds_never_the_room_it_was_given() {
+        // Made from a capture, lists and text keep the room they grew to; read back from a
+        // facts file (`--reduce`), the same summary has room fitted to its contents. Counted,
+        // the room made the two retire different sessions early.
+        let roomy_text = |s: &str| {
+            let mut t = String::with_capacity(200);
+            t.push_str(s);
+            Some(t)
+        };
+        let mut stream = crate::exchange::StreamSummary::default();
+        stream.keys.reserve(100);
+        stream.keys.extend([1, 2, 3]);
+        stream.retry.reserve(50);
+        stream.retry.push((5, Mark::default()));
+        stream.shapes.reserve(40);
+        stream.list_changed.reserve(30);
+        let roomy = ExchangeSummary {
+            connection: Default::default(),
+            exchange: 0,
+            session_id: roomy_text("s-1"),
+            method: roomy_text("GET"),
+            target: roomy_text("/mcp"),
+            last_event_id: roomy_text("7"),
+            protocol_version: roomy_text("2025-06-18"),
+            request: Some(Mark::default()),
+            status: Some(200),
+            response: Some(Mark::default()),
+            event_stream: true,
+            end: None,
+            stream_facts: Some(Box::new(stream)),
+            stream_empty: false,
+            opens_session: false,
+        };
+        // A clone's room is fitted to what it holds.
+        let fitted = roomy.clone();
+        assert!(fitted.stream().unwrap().keys.capacity() < roomy.stream().unwrap().keys.capacity());
+        assert_eq!(held_bytes(&roomy, None), held_bytes(&fitted, None));
     }
 
     #[test]
