@@ -959,14 +959,14 @@ impl<W: Write + Send> FactsWriter<W> {
     pub fn end(
         &mut self,
         stats: &InputStats,
-        sessions: &std::collections::BTreeSet<u64>,
+        sessions: &crate::exchange::SessionSet,
         messages: &[(bool, String)],
     ) {
         let f = Fact::InputEnd {
             input: self.input.clone(),
             seq: self.seq,
             stats: Box::new(XStats::of(stats)),
-            sessions: sessions.iter().copied().collect(),
+            sessions: sessions.iter().collect(),
             messages: messages.to_vec(),
         };
         self.put(&f);
@@ -1070,7 +1070,7 @@ pub struct InputFacts {
 /// What an `input_end` record holds: counters, session hashes, messages, and its `seq`.
 pub type InputEnd = (
     InputStats,
-    std::collections::BTreeSet<u64>,
+    crate::exchange::SessionSet,
     Vec<(bool, String)>,
     u64,
 );

@@ -19,7 +19,7 @@
 //!   member `n` is numbered `n << MEMBER_SHIFT | its own number` ([`crate::record`]), so
 //!   frames keep growing in reading order and a lone file's numbers are its own.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -33,7 +33,9 @@ use crate::app::tls::{KeyLog, KeySource};
 use crate::app::{AppCtx, Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
-use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, TlsInfo};
+use crate::exchange::{
+    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, SessionSet, TlsInfo,
+};
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record};
 use crate::input::compressed::{Codec, read_prefix};
@@ -290,7 +292,7 @@ pub struct InputReport {
     /// See `findings`.
     pub views: Vec<SessionView>,
     /// Hashes of the session ids seen.
-    pub sessions: BTreeSet<u64>,
+    pub sessions: SessionSet,
     /// Its counters.
     pub stats: InputStats,
     /// Messages for standard error: `(is_error, text)`; an error makes the exit status 2.
@@ -699,7 +701,7 @@ struct Shard {
     finishing: bool,
     /// Hashes of the session ids seen (in no order: the report counts them). Every closed
     /// connection adds its own, mostly ones seen before.
-    sessions: HashSet<u64, FoldHashKey>,
+    sessions: SessionSet,
     stats: InputStats,
     /// Connections dropped as unreadable before they ended: their later bytes are still
     /// counted, and they are accounted for when they end.
@@ -750,7 +752,7 @@ impl Shard {
             conns: HashMap::with_hasher(FoldHashKey::default()),
             events: Vec::new(),
             finishing: false,
-            sessions: HashSet::with_hasher(FoldHashKey::default()),
+            sessions: SessionSet::default(),
             stats: InputStats::default(),
             unread: HashMap::with_hasher(FoldHashKey::default()),
             keys,
@@ -1552,7 +1554,7 @@ fn analyze_capture<'a>(
         })
     };
     for shard in shards {
-        report.sessions.extend(&shard.sessions);
+        report.sessions.extend(shard.sessions.iter());
         report.stats.absorb(&shard.stats);
     }
     report.stats.sessions_retired_early += stage.sessions_retired_early;
@@ -1562,7 +1564,7 @@ fn analyze_capture<'a>(
 /// order of arrival to stream by) and gives its results to `sink`.
 fn har_session_stage(report: &mut InputReport, har: har::HarExchanges, sink: &mut dyn FactSink) {
     report.stats.http_exchanges += har.http_exchanges;
-    report.sessions.extend(har.sessions);
+    report.sessions.extend(har.sessions.iter());
     sink.har(har.resumes, har.summaries);
     report.messages.extend(har.messages);
 }

@@ -176,7 +176,7 @@ pub struct HarExchanges {
     pub messages: Vec<(bool, String)>,
     pub http_exchanges: u64,
     /// Hashes of the session ids seen.
-    pub sessions: std::collections::BTreeSet<u64>,
+    pub sessions: crate::exchange::SessionSet,
 }
 
 /// Reads one HAR document; `name` is how messages cite the input, and its directory is where
