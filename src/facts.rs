@@ -32,7 +32,7 @@ use crate::exchange::{
     held_stream,
 };
 use crate::net::decode::Endpoint;
-use crate::record::{BodyEnd, Mark};
+use crate::record::{BodyEnd, HeadText, Mark};
 use crate::report::{CoverageStats, Tally};
 
 /// The `format` of the header record.
@@ -600,10 +600,10 @@ struct XSummary {
     connection: XConn,
     exchange: u32,
     session_id: Option<String>,
-    method: Option<String>,
-    target: Option<String>,
+    method: Option<HeadText>,
+    target: Option<HeadText>,
     last_event_id: Option<String>,
-    protocol_version: Option<String>,
+    protocol_version: Option<HeadText>,
     request: Option<M>,
     status: Option<u16>,
     response: Option<M>,
@@ -666,12 +666,12 @@ struct XResume {
     first_event_id: Option<String>,
     first_id_after_gap: Option<String>,
     first_event_id_truncated: bool,
-    method: String,
-    target: String,
-    protocol_version: Option<String>,
+    method: HeadText,
+    target: HeadText,
+    protocol_version: Option<HeadText>,
     request: M,
     status: Option<u16>,
-    content_type: Option<String>,
+    content_type: Option<HeadText>,
     response: Option<M>,
     first_event: Option<M>,
     events_before_first_id: u64,

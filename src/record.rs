@@ -122,21 +122,62 @@ pub trait StreamSink {
     fn sent_unseen(&mut self, _dir: Direction, _mark: Mark) {}
 }
 
+/// Text of a message head as sent. The values nearly every MCP exchange repeats (its methods,
+/// the `/mcp` path, the protocol versions, the two media types) are the program's own copies
+/// rather than an allocation per exchange: in a reconnect storm those were most of an
+/// exchange's allocations, each made on a worker and freed on the session stage's thread.
+pub type HeadText = std::borrow::Cow<'static, str>;
+
+/// `value` as a [`HeadText`]: borrowed when it is one of the values exchanges repeat.
+pub fn head_text(value: &str) -> HeadText {
+    match known_head_text(value) {
+        Some(known) => HeadText::Borrowed(known),
+        None => HeadText::Owned(value.to_owned()),
+    }
+}
+
+/// `value` as a [`HeadText`], dropped for the program's copy when it is a value exchanges
+/// repeat.
+pub fn head_text_owned(value: String) -> HeadText {
+    match known_head_text(&value) {
+        Some(known) => HeadText::Borrowed(known),
+        None => HeadText::Owned(value),
+    }
+}
+
+fn known_head_text(value: &str) -> Option<&'static str> {
+    Some(match value {
+        "GET" => "GET",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        "/mcp" => "/mcp",
+        "/mcp/" => "/mcp/",
+        "/" => "/",
+        "2024-11-05" => "2024-11-05",
+        "2025-03-26" => "2025-03-26",
+        "2025-06-18" => "2025-06-18",
+        "2025-11-25" => "2025-11-25",
+        "text/event-stream" => "text/event-stream",
+        "application/json" => "application/json",
+        _ => return None,
+    })
+}
+
 /// A parsed HTTP/1.x request head: only the facts later stages use, owned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestHead {
     /// 0-based index of the exchange on its connection (requests and responses pair in order).
     pub exchange: u32,
     /// The request method (`GET`, `POST`, `DELETE`).
-    pub method: String,
+    pub method: HeadText,
     /// The request target as sent (HTTP/2: `:path`).
-    pub target: String,
+    pub target: HeadText,
     /// `Mcp-Session-Id` as sent (header names are matched without regard to case).
     pub session_id: Option<String>,
     /// `Last-Event-ID` exactly as sent.
     pub last_event_id: Option<String>,
     /// `MCP-Protocol-Version` as sent.
-    pub protocol_version: Option<String>,
+    pub protocol_version: Option<HeadText>,
     /// Frame holding the first byte of the request line (HTTP/2: of the HEADERS frame).
     pub first: Mark,
     /// Frame holding the last byte of the head (HTTP/2: of the header block).
@@ -153,7 +194,7 @@ pub struct ResponseHead {
     /// The status code.
     pub status: u16,
     /// `Content-Type` as sent, whole (parameters included).
-    pub content_type: Option<String>,
+    pub content_type: Option<HeadText>,
     /// `Mcp-Session-Id` as sent by the server.
     pub session_id: Option<String>,
     /// `Content-Encoding` as sent, when any.
@@ -304,6 +345,34 @@ impl Default for Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_text_borrows_only_the_values_exchanges_repeat_and_keeps_every_byte() {
+        for known in [
+            "GET",
+            "POST",
+            "DELETE",
+            "/mcp",
+            "2025-06-18",
+            "text/event-stream",
+        ] {
+            assert!(matches!(head_text(known), HeadText::Borrowed(k) if k == known));
+            let owned = head_text_owned(known.to_owned());
+            assert!(matches!(owned, HeadText::Borrowed(k) if k == known));
+        }
+        // As sent: another case, parameters or spacing are another value.
+        for other in [
+            "get",
+            "/mcp?x=1",
+            "text/event-stream; charset=utf-8",
+            " GET",
+            "",
+        ] {
+            assert!(matches!(head_text(other), HeadText::Owned(ref o) if o == other));
+            let owned = head_text_owned(other.to_owned());
+            assert!(matches!(owned, HeadText::Owned(ref o) if o == other));
+        }
+    }
 
     #[test]
     fn event_stream_types_are_told_as_the_split_and_trim_tell_them() {

@@ -46,7 +46,8 @@ use memchr::memmem;
 
 use crate::app::coding::{ContentCoding, ContentDecoder};
 use crate::record::{
-    Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
+    Anomaly, BodyEnd, Direction, HeadText, HttpSink, Limits, Mark, RequestHead, ResponseHead,
+    StreamEnd, head_text, head_text_owned,
 };
 
 /// Header lines parsed per head; more is reported as `HeaderTooLarge`.
@@ -642,8 +643,8 @@ impl HttpConnection {
         }));
         sink.request(RequestHead {
             exchange,
-            method: method.to_owned(),
-            target: request.path.unwrap_or_default().to_owned(),
+            method: head_text(method),
+            target: head_text(request.path.unwrap_or_default()),
             session_id: facts.session_id,
             last_event_id: facts.last_event_id,
             protocol_version: facts.protocol_version,
@@ -1377,11 +1378,11 @@ struct HeadFacts {
     /// `Some(true)` when the last transfer coding is chunked, `Some(false)` for another
     /// last coding, `None` without Transfer-Encoding.
     transfer_chunked: Option<bool>,
-    content_type: Option<String>,
+    content_type: Option<HeadText>,
     content_encoding: Option<String>,
     session_id: Option<String>,
     last_event_id: Option<String>,
-    protocol_version: Option<String>,
+    protocol_version: Option<HeadText>,
     /// `Upgrade` names `h2c`.
     upgrade_h2c: bool,
 }
@@ -1423,13 +1424,17 @@ impl HeadFacts {
                     }
                 }
                 12 if name_is(name, b"content-type") => {
-                    facts.content_type.get_or_insert_with(|| text(value));
+                    facts
+                        .content_type
+                        .get_or_insert_with(|| head_text_owned(text(value)));
                 }
                 13 if name_is(name, b"last-event-id") => {
                     facts.last_event_id.get_or_insert_with(|| text(value));
                 }
                 20 if name_is(name, b"mcp-protocol-version") => {
-                    facts.protocol_version.get_or_insert_with(|| text(value));
+                    facts
+                        .protocol_version
+                        .get_or_insert_with(|| head_text_owned(text(value)));
                 }
                 7 if name_is(name, b"upgrade") => {
                     facts.upgrade_h2c |= value

@@ -1033,7 +1033,9 @@ const HELD_RESUME: usize = 952;
 /// facts file (`--reduce`), and counted, it made the two retire different sessions early.
 fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
     use std::mem::size_of;
-    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    fn text<S: AsRef<str>>(s: &Option<S>) -> usize {
+        s.as_ref().map_or(0, |s| s.as_ref().len())
+    }
     let mut n = HELD_EXCHANGE
         + text(&x.session_id)
         + text(&x.method)
@@ -2597,7 +2599,7 @@ fn view(
 ) -> SessionView {
     let mut versions: Vec<String> = members
         .iter()
-        .filter_map(|&i| xs[i].protocol_version.clone())
+        .filter_map(|&i| xs[i].protocol_version.as_deref().map(str::to_owned))
         .collect();
     versions.sort();
     versions.dedup();
@@ -2704,10 +2706,10 @@ mod tests {
             connection: Default::default(),
             exchange: 0,
             session_id: roomy_text("s-1"),
-            method: roomy_text("GET"),
-            target: roomy_text("/mcp"),
+            method: roomy_text("GET").map(Into::into),
+            target: roomy_text("/mcp").map(Into::into),
             last_event_id: roomy_text("7"),
-            protocol_version: roomy_text("2025-06-18"),
+            protocol_version: roomy_text("2025-06-18").map(Into::into),
             request: Some(Mark::default()),
             status: Some(200),
             response: Some(Mark::default()),
@@ -2780,7 +2782,7 @@ mod tests {
             let request = self.frame;
             t.request(RequestHead {
                 exchange: 0,
-                method: method.into(),
+                method: method.to_owned().into(),
                 target: "/mcp".into(),
                 session_id: Some(sid.into()),
                 last_event_id: last.map(str::to_string),

@@ -27,7 +27,7 @@ use crate::audit::verdict::{
 };
 use crate::net::decode::Endpoint;
 use crate::record::{
-    Anomaly, BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
+    Anomaly, BodyEnd, HeadText, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
 
 /// Facts (ids, distinctive events) kept from the start of each stream: a replay from zero
@@ -104,17 +104,17 @@ pub struct ResumeRecord {
     /// The first id was longer than the field limit and is cut.
     pub first_event_id_truncated: bool,
     /// The request method.
-    pub method: String,
+    pub method: HeadText,
     /// The request target.
-    pub target: String,
+    pub target: HeadText,
     /// `MCP-Protocol-Version` of the request.
-    pub protocol_version: Option<String>,
+    pub protocol_version: Option<HeadText>,
     /// The frame of the request head's first byte.
     pub request: Mark,
     /// The answer's status, when captured.
     pub status: Option<u16>,
     /// The answer's `Content-Type`.
-    pub content_type: Option<String>,
+    pub content_type: Option<HeadText>,
     /// The frame of the answer head's first byte.
     pub response: Option<Mark>,
     /// The frame that completed the first event carrying an id.
@@ -394,10 +394,10 @@ pub struct ExchangeSummary {
     pub exchange: u32,
     pub session_id: Option<String>,
     /// `None` when the request was not captured.
-    pub method: Option<String>,
-    pub target: Option<String>,
+    pub method: Option<HeadText>,
+    pub target: Option<HeadText>,
     pub last_event_id: Option<String>,
-    pub protocol_version: Option<String>,
+    pub protocol_version: Option<HeadText>,
     pub request: Option<Mark>,
     pub status: Option<u16>,
     pub response: Option<Mark>,
@@ -648,6 +648,13 @@ fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark
 fn tight(mut s: String) -> String {
     s.shrink_to_fit();
     s
+}
+
+fn tight_head(t: HeadText) -> HeadText {
+    match t {
+        HeadText::Owned(s) => HeadText::Owned(tight(s)),
+        known => known,
+    }
 }
 
 fn cut_text(bytes: &[u8]) -> String {
@@ -997,18 +1004,22 @@ impl ExchangeTracker {
         let head = match &mut request {
             Some(r) if keep && resumed => Some((
                 r.method.clone(),
-                cut_text(r.target.as_bytes()),
+                if r.target.len() <= MAX_TEXT {
+                    r.target.clone()
+                } else {
+                    HeadText::Owned(cut_text(r.target.as_bytes()))
+                },
                 r.protocol_version.clone(),
                 r.first,
             )),
             Some(r) if keep => Some((
-                tight(std::mem::take(&mut r.method)),
+                tight_head(std::mem::take(&mut r.method)),
                 if r.target.len() <= MAX_TEXT {
-                    tight(std::mem::take(&mut r.target))
+                    tight_head(std::mem::take(&mut r.target))
                 } else {
-                    cut_text(r.target.as_bytes())
+                    HeadText::Owned(cut_text(r.target.as_bytes()))
                 },
-                r.protocol_version.take().map(tight),
+                r.protocol_version.take().map(tight_head),
                 r.first,
             )),
             _ => None,
@@ -1048,7 +1059,7 @@ impl ExchangeTracker {
                 r.content_type = response
                     .as_mut()
                     .and_then(|h| h.content_type.take())
-                    .map(tight);
+                    .map(tight_head);
             }
         }
         if !keep {

@@ -40,7 +40,9 @@ use serde_json::value::RawValue;
 
 use crate::audit::verdict::{Decision, Verdict};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
-use crate::record::{BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd};
+use crate::record::{
+    BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd, head_text_owned,
+};
 
 /// Largest entry (its raw JSON) accepted; a larger one is reported and skipped.
 pub const MAX_ENTRY_BYTES: usize = 1 << 30;
@@ -781,14 +783,15 @@ impl HarRun<'_> {
         let last_event_id = opt("Last-Event-ID", header(&req.headers, "last-event-id"))?;
         let head = RequestHead {
             exchange: 0,
-            method: self.kept("request.method", &req.method)?,
-            target: self.kept("request.url", &req.url)?,
+            method: head_text_owned(self.kept("request.method", &req.method)?),
+            target: head_text_owned(self.kept("request.url", &req.url)?),
             session_id: opt("Mcp-Session-Id", header(&req.headers, "mcp-session-id"))?,
             last_event_id: last_event_id.clone(),
             protocol_version: opt(
                 "MCP-Protocol-Version",
                 header(&req.headers, "mcp-protocol-version"),
-            )?,
+            )?
+            .map(head_text_owned),
             first: mark,
             complete: mark,
             // A HAR entry does not name the HTTP/2 stream that carried it.
@@ -819,7 +822,7 @@ impl HarRun<'_> {
             let head = ResponseHead {
                 exchange: 0,
                 status,
-                content_type: opt("response Content-Type", content_type)?,
+                content_type: opt("response Content-Type", content_type)?.map(head_text_owned),
                 session_id: opt(
                     "response Mcp-Session-Id",
                     header(&resp.headers, "mcp-session-id"),

@@ -45,6 +45,7 @@ use std::mem;
 use crate::app::coding::{ContentCoding, ContentDecoder};
 use crate::record::{
     Anomaly, BodyEnd, Direction, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
+    head_text_owned,
 };
 use frame::{
     FLAG_ACK, FLAG_END_HEADERS, FLAG_END_STREAM, FrameEvent, FrameHeader, FrameReader, FrameType,
@@ -885,11 +886,11 @@ impl Http2Connection {
         }
         sink.request(RequestHead {
             exchange,
-            method: f.method.unwrap_or_default(),
-            target: f.path.unwrap_or_default(),
+            method: head_text_owned(f.method.unwrap_or_default()),
+            target: head_text_owned(f.path.unwrap_or_default()),
             session_id: f.session_id,
             last_event_id: f.last_event_id,
-            protocol_version: f.protocol_version,
+            protocol_version: f.protocol_version.map(head_text_owned),
             first: block.first,
             complete: mark,
             h2_stream: Some(id),
@@ -954,7 +955,7 @@ impl Http2Connection {
         sink.response(ResponseHead {
             exchange,
             status,
-            content_type: f.content_type,
+            content_type: f.content_type.map(head_text_owned),
             session_id: f.session_id,
             content_encoding: f.content_encoding,
             first: block.first,
