@@ -16,7 +16,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::collections::binary_heap::PeekMut;
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 
 use crate::audit::{self, Finding, SessionView, Severity};
 use crate::exchange::ResumeRecord;
@@ -322,9 +323,7 @@ impl Write for TailWriter<'_> {
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        let mut f = self.f;
-        f.seek(SeekFrom::Start(self.at))?;
-        f.write_all(&self.buf)?;
+        self.f.write_all_at(&self.buf, self.at)?;
         self.at += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -332,7 +331,8 @@ impl Write for TailWriter<'_> {
 }
 
 /// Reads one run of the file back, entry by entry, with a read-ahead buffer of its own. The
-/// runs share the file: each read seeks to where this run is.
+/// runs share the file: each read says where in it (`pread`), one call rather than a seek
+/// and a read.
 struct RunReader {
     at: u64,
     end: u64,
@@ -357,7 +357,7 @@ impl RunReader {
     }
 
     /// Makes `n` bytes available at `pos`; false at the end of the run.
-    fn fill(&mut self, mut f: &File, n: usize) -> std::io::Result<bool> {
+    fn fill(&mut self, f: &File, n: usize) -> std::io::Result<bool> {
         if self.len - self.pos >= n {
             return Ok(true);
         }
@@ -371,8 +371,7 @@ impl RunReader {
             if self.buf.len() < self.len + take {
                 self.buf.resize(self.len + take, 0);
             }
-            f.seek(SeekFrom::Start(self.at))?;
-            f.read_exact(&mut self.buf[self.len..self.len + take])?;
+            f.read_exact_at(&mut self.buf[self.len..self.len + take], self.at)?;
             self.len += take;
             self.at += take as u64;
         }
