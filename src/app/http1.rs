@@ -1424,9 +1424,7 @@ impl HeadFacts {
                     }
                 }
                 12 if name_is(name, b"content-type") => {
-                    facts
-                        .content_type
-                        .get_or_insert_with(|| head_text_owned(text(value)));
+                    facts.content_type.get_or_insert_with(|| head_value(value));
                 }
                 13 if name_is(name, b"last-event-id") => {
                     facts.last_event_id.get_or_insert_with(|| text(value));
@@ -1434,7 +1432,7 @@ impl HeadFacts {
                 20 if name_is(name, b"mcp-protocol-version") => {
                     facts
                         .protocol_version
-                        .get_or_insert_with(|| head_text_owned(text(value)));
+                        .get_or_insert_with(|| head_value(value));
                 }
                 7 if name_is(name, b"upgrade") => {
                     facts.upgrade_h2c |= value
@@ -1463,6 +1461,15 @@ fn name_is<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
         differ |= (b | fold) ^ l;
     }
     differ == 0
+}
+
+/// A header value the report shows as it is, the program's own copy when exchanges repeat it
+/// (no allocation then).
+fn head_value(value: &[u8]) -> HeadText {
+    match std::str::from_utf8(value) {
+        Ok(s) => head_text(s),
+        Err(_) => head_text_owned(String::from_utf8_lossy(value).into_owned()),
+    }
 }
 
 fn text(value: &[u8]) -> String {
@@ -1785,6 +1792,35 @@ mod tests {
 
     const C: Direction = Direction::Forward;
     const S: Direction = Direction::Reverse;
+
+    /// Content type and protocol version: a value exchanges repeat is the program's copy, any
+    /// other kept byte for byte, and bytes that are not UTF-8 shown with replacement marks.
+    #[test]
+    fn head_values_are_borrowed_when_known_and_kept_as_sent_otherwise() {
+        let header = |name, value| httparse::Header { name, value };
+        let facts = HeadFacts::from_headers(&[
+            header("Content-Type", b"text/event-stream"),
+            header("MCP-Protocol-Version", b"2025-06-18"),
+        ]);
+        assert!(matches!(
+            facts.content_type,
+            Some(HeadText::Borrowed("text/event-stream"))
+        ));
+        assert!(matches!(
+            facts.protocol_version,
+            Some(HeadText::Borrowed("2025-06-18"))
+        ));
+        let facts = HeadFacts::from_headers(&[
+            header("content-type", b"text/event-stream; charset=utf-8"),
+            header("mcp-protocol-version", b"2099-\xff"),
+        ]);
+        assert!(matches!(
+            facts.content_type.as_deref(),
+            Some("text/event-stream; charset=utf-8")
+        ));
+        assert!(matches!(facts.content_type, Some(HeadText::Owned(_))));
+        assert_eq!(facts.protocol_version.as_deref(), Some("2099-\u{fffd}"));
+    }
 
     /// `name_is` answers as `eq_ignore_ascii_case` for every byte at every position of every
     /// name the head facts look for, in either case, and for names a byte longer or shorter.
