@@ -422,8 +422,16 @@ impl HttpConnection {
         sink: &mut S,
     ) -> ScanOutcome {
         let first_judgement = self.from_start && self.directions[d].at_stream_start;
+        let wanted = self.expected_kind(d);
         let parser = &mut self.directions[d];
-        let outcome = parser.scan.feed(input);
+        let outcome = match parser.scan.feed(input) {
+            // A start line of the kind this direction cannot send is no start for it: like a
+            // line that is none, it gives way to a segment that began inside the head. (Else a
+            // head cut before its segment fed that segment to the skip, and one cut after it
+            // dropped it: the answer depended on the cuts.)
+            ScanOutcome::Start(kind) if wanted.is_some_and(|w| w != kind) => ScanOutcome::NotStart,
+            outcome => outcome,
+        };
         if let Some(segment) = parser.segment_scan.as_mut()
             && segment.decided.is_none()
         {
