@@ -412,8 +412,9 @@ impl HttpConnection {
     }
 
     /// Runs the start-line tests of an undecided head over `input`. When the head turns out
-    /// not to be a message but a segment that began inside it may still be one (a message
-    /// that starts a packet right after an unterminated line), the head restarts there.
+    /// not to be a message (or one of the kind this direction does not send) but a segment
+    /// that began inside it may still be one (a message that starts a packet right after an
+    /// unterminated line), the head restarts there.
     fn classify_head<S: HttpSink>(
         &mut self,
         d: usize,
@@ -425,10 +426,11 @@ impl HttpConnection {
         let wanted = self.expected_kind(d);
         let parser = &mut self.directions[d];
         let outcome = match parser.scan.feed(input) {
-            // A start line of the kind this direction cannot send is no start for it: like a
-            // line that is none, it gives way to a segment that began inside the head. (Else a
-            // head cut before its segment fed that segment to the skip, and one cut after it
-            // dropped it: the answer depended on the cuts.)
+            // A start line of the kind this direction does not send is no start for it: like a
+            // line that is none, it gives way to a segment that began inside the head. (It once
+            // went to the skip instead, which read that segment from its first byte when the
+            // deciding call held all of it, and past the bytes already held otherwise: the
+            // answer depended on the cuts.)
             ScanOutcome::Start(kind) if wanted.is_some_and(|w| w != kind) => ScanOutcome::NotStart,
             outcome => outcome,
         };
