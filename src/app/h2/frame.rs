@@ -213,6 +213,8 @@ pub(crate) struct FrameReader {
     state: ReadState,
     /// Largest frame length the peer allows this direction to send.
     pub(crate) max_frame_size: u32,
+    /// A frame header's first byte was in the input of the last [`Self::next`].
+    header_began: bool,
 }
 
 impl FrameReader {
@@ -220,10 +222,19 @@ impl FrameReader {
         FrameReader {
             state: ReadState::Start,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            header_began: false,
         }
     }
 
+    /// Whether a frame header began in the input of the last [`Self::next`] (the first
+    /// byte of a frame can follow a skipped one in the same input, which [`Self::next`]
+    /// reads on without an event between them).
+    pub(crate) fn header_began(&self) -> bool {
+        self.header_began
+    }
+
     /// True between frames (or before the first): the next byte starts a frame header.
+    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
     pub(crate) fn at_frame_start(&self) -> bool {
         matches!(
             self.state,
@@ -246,6 +257,7 @@ impl FrameReader {
     /// means every byte was consumed and more input is needed for the next event.
     pub(crate) fn next<'a>(&mut self, input: &'a [u8]) -> (usize, Option<FrameEvent<'a>>) {
         let mut used = 0;
+        self.header_began = false;
         loop {
             let rest = input.get(used..).unwrap_or_default();
             match &mut self.state {
@@ -273,6 +285,7 @@ impl FrameReader {
                 }
                 ReadState::Header { buf, have } => {
                     let take = (FRAME_HEADER_LEN - *have).min(rest.len());
+                    self.header_began |= *have == 0 && take > 0;
                     if let (Some(dst), Some(src)) =
                         (buf.get_mut(*have..*have + take), rest.get(..take))
                     {

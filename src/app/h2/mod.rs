@@ -462,10 +462,10 @@ impl Http2Connection {
                 return;
             }
             let state = &mut self.dirs[d];
-            if state.reader.at_frame_start() && !rest.is_empty() {
+            let (used, event) = state.reader.next(rest);
+            if state.reader.header_began() {
                 state.frame_first = mark;
             }
-            let (used, event) = state.reader.next(rest);
             rest = rest.get(used..).unwrap_or_default();
             match event {
                 None => return,

@@ -1212,3 +1212,33 @@ fn real_h2c_prior_knowledge_capture() {
         "a resume GET with its last-event-id: {requests:#?}"
     );
 }
+
+/// A frame skipped for its length (padded, but too short for the pad length) ends where a
+/// HEADERS frame begins, in one call or at a cut: the request's head begins where the HEADERS
+/// frame's first byte came, whichever way the bytes were cut (the fuzz target once found it
+/// dated from the skipped frame's first byte when both came in one call).
+#[test]
+fn a_head_after_a_skipped_frame_begins_at_its_own_first_byte() {
+    let skipped = frame(FrameType::Data, FLAG_PADDED, 1, b"");
+    let out = transcript(&[
+        data(C, client_preface()),
+        data(S, server_preface()),
+        data(C, &skipped[..8]),
+        data(
+            C,
+            cat(&[
+                &skipped[8..],
+                &headers(3, true, &plain_request("GET", "/mcp", &[])),
+            ]),
+        ),
+    ]);
+    let first: Vec<(Mark, Mark)> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Request(h) => Some((h.first, h.complete)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(first, [(mark_of(3), mark_of(3))]);
+}
