@@ -11,7 +11,7 @@
 //!   connections closed by either side leave it after a quiet minute of capture time.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use crate::net::decode::{self, Endpoint};
@@ -26,22 +26,81 @@ use crate::record::{Direction, Mark, StreamEnd};
 /// cannot be crafted to make endpoints collide.
 pub(crate) type FoldHashKey = foldhash::quality::RandomState;
 
-/// A connection as the reader's flow table knows it.
+/// A connection as the reader's flow table knows it: 48 bytes, so that with an IPv4 key it
+/// fills one cache line of the table (a lookup per packet, among thousands of connections,
+/// is a cache miss per line it touches).
 struct Flow {
     stream: u64,
-    /// Whether the first packet's source is the `lo` end of the key.
-    forward_is_lo: bool,
-    fin: [bool; 2],
-    rst: bool,
-    syn_seq: Option<u32>,
-    /// The sequence number of the first packet seen in each direction: a SYN with another one
-    /// opens a new connection on the same ports, as Wireshark numbers it, even when the
-    /// capture began after the old one's handshake.
-    base_seq: [Option<u32>; 2],
-    /// The sequence number after the furthest byte (or SYN, FIN) seen in each direction.
-    next_seq: [Option<u32>; 2],
     last_seen_ns: i64,
     last_seen_packet: u64,
+    /// The SYN's sequence number; valid with [`Flow::SYN_SEQ`].
+    syn_seq: u32,
+    /// The sequence number of the first packet seen in each direction (valid with
+    /// [`Flow::BASE_SEQ`]): a SYN with another one opens a new connection on the same ports,
+    /// as Wireshark numbers it, even when the capture began after the old one's handshake.
+    base_seq: [u32; 2],
+    /// The sequence number after the furthest byte (or SYN, FIN) seen in each direction
+    /// (valid with [`Flow::NEXT_SEQ`]).
+    next_seq: [u32; 2],
+    /// Which of the numbers above are known, which end sent first, FINs and RST.
+    bits: u16,
+}
+
+impl Flow {
+    /// The first packet's source is the `lo` end of the key.
+    const FORWARD_IS_LO: u16 = 1;
+    /// A FIN was seen from direction 0, 1 (`FIN << d`).
+    const FIN: u16 = 1 << 1;
+    const RST: u16 = 1 << 3;
+    const SYN_SEQ: u16 = 1 << 4;
+    /// `BASE_SEQ << d`.
+    const BASE_SEQ: u16 = 1 << 5;
+    /// `NEXT_SEQ << d`.
+    const NEXT_SEQ: u16 = 1 << 7;
+
+    fn new(stream: u64, forward_is_lo: bool, mark: Mark, packet_no: u64) -> Self {
+        Flow {
+            stream,
+            last_seen_ns: mark.time_ns,
+            last_seen_packet: packet_no,
+            syn_seq: 0,
+            base_seq: [0; 2],
+            next_seq: [0; 2],
+            bits: if forward_is_lo {
+                Flow::FORWARD_IS_LO
+            } else {
+                0
+            },
+        }
+    }
+
+    fn has(&self, bit: u16) -> bool {
+        self.bits & bit != 0
+    }
+
+    fn forward_is_lo(&self) -> bool {
+        self.has(Flow::FORWARD_IS_LO)
+    }
+
+    fn fin(&self, d: usize) -> bool {
+        self.has(Flow::FIN << d)
+    }
+
+    fn rst(&self) -> bool {
+        self.has(Flow::RST)
+    }
+
+    fn syn_seq(&self) -> Option<u32> {
+        self.has(Flow::SYN_SEQ).then_some(self.syn_seq)
+    }
+
+    fn base_seq(&self, d: usize) -> Option<u32> {
+        self.has(Flow::BASE_SEQ << d).then_some(self.base_seq[d])
+    }
+
+    fn next_seq(&self, d: usize) -> Option<u32> {
+        self.has(Flow::NEXT_SEQ << d).then_some(self.next_seq[d])
+    }
 }
 
 /// How far (in sequence numbers) a packet may lie from where its connection stands and still
@@ -61,11 +120,11 @@ struct Replaced {
 
 impl Flow {
     fn closed(&self) -> bool {
-        self.rst || (self.fin[0] && self.fin[1])
+        self.rst() || (self.fin(0) && self.fin(1))
     }
 
     fn dir(&self, src_is_lo: bool) -> Direction {
-        if src_is_lo == self.forward_is_lo {
+        if src_is_lo == self.forward_is_lo() {
             Direction::Forward
         } else {
             Direction::Reverse
@@ -87,9 +146,9 @@ impl Flow {
                 (gap <= FIT_WINDOW).then_some(Some(gap))
             }
         };
-        let seq = near(self.next_seq[d], p.seq)?;
+        let seq = near(self.next_seq(d), p.seq)?;
         let ack = if p.flags.ack {
-            near(self.next_seq[1 - d], p.ack)?
+            near(self.next_seq(1 - d), p.ack)?
         } else {
             None
         };
@@ -105,8 +164,10 @@ impl Flow {
     fn past_peer_fin(&self, p: &decode::TcpPacket<'_>, src_is_lo: bool) -> bool {
         let peer = 1 - self.dir(src_is_lo).index();
         p.flags.ack
-            && self.fin[peer]
-            && self.next_seq[peer].is_some_and(|end| p.ack.wrapping_sub(end) as i32 > 0)
+            && self.fin(peer)
+            && self
+                .next_seq(peer)
+                .is_some_and(|end| p.ack.wrapping_sub(end) as i32 > 0)
     }
 
     /// Takes the packet into the connection's state.
@@ -119,20 +180,32 @@ impl Flow {
         packet_no: u64,
     ) -> FlowPacket {
         let dir = self.dir(src_is_lo);
-        if new_syn && self.syn_seq.is_none() {
-            self.syn_seq = Some(p.seq);
+        let d = dir.index();
+        if new_syn && !self.has(Flow::SYN_SEQ) {
+            self.syn_seq = p.seq;
+            self.bits |= Flow::SYN_SEQ;
         }
-        self.base_seq[dir.index()].get_or_insert(p.seq);
+        if !self.has(Flow::BASE_SEQ << d) {
+            self.base_seq[d] = p.seq;
+            self.bits |= Flow::BASE_SEQ << d;
+        }
         let len = u32::try_from(p.payload.len())
             .unwrap_or(u32::MAX)
             .saturating_add(u32::from(p.flags.syn) + u32::from(p.flags.fin));
         let end = p.seq.wrapping_add(len);
-        let next = &mut self.next_seq[dir.index()];
-        if next.is_none_or(|n| end.wrapping_sub(n) as i32 > 0) {
-            *next = Some(end);
+        if self
+            .next_seq(d)
+            .is_none_or(|n| end.wrapping_sub(n) as i32 > 0)
+        {
+            self.next_seq[d] = end;
+            self.bits |= Flow::NEXT_SEQ << d;
         }
-        self.fin[dir.index()] |= p.flags.fin;
-        self.rst |= p.flags.rst;
+        if p.flags.fin {
+            self.bits |= Flow::FIN << d;
+        }
+        if p.flags.rst {
+            self.bits |= Flow::RST;
+        }
         self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
         self.last_seen_packet = packet_no;
         FlowPacket {
@@ -205,6 +278,116 @@ fn flow_key(src: &Endpoint, dst: &Endpoint) -> (FlowKey, bool) {
     (key, src_is_lo)
 }
 
+impl FlowKey {
+    /// The key of an IPv4 4-tuple in one word: both addresses and both ports.
+    fn v4(&self) -> Option<u128> {
+        let [a_hi, a_lo, b_hi, b_lo, rest] = self.0;
+        (rest >> 32 == 0).then(|| {
+            debug_assert!(a_hi == 0 && b_hi == 0);
+            (u128::from(a_lo) << 96) | (u128::from(b_lo) << 64) | u128::from(rest)
+        })
+    }
+
+    fn from_v4(k: u128) -> Self {
+        FlowKey([
+            0,
+            (k >> 96) as u64,
+            0,
+            (k >> 64) as u64 & 0xffff_ffff,
+            k as u64 & 0xffff_ffff,
+        ])
+    }
+}
+
+/// A connection of the table with an IPv4 key: one cache line, aligned to one.
+#[repr(align(64))]
+struct Slot4 {
+    key: u128,
+    flow: Flow,
+}
+
+/// Connections by their endpoints. IPv4 ones (nearly every capture's) sit in 64-byte slots,
+/// key and state in one cache line; IPv6 ones, whose key alone is 40 bytes, in a table of
+/// their own.
+struct Flows {
+    v4: hashbrown::HashTable<Slot4>,
+    v6: HashMap<FlowKey, Flow, FoldHashKey>,
+    hasher: FoldHashKey,
+}
+
+impl Flows {
+    fn new() -> Self {
+        Flows {
+            v4: hashbrown::HashTable::new(),
+            v6: HashMap::with_hasher(FoldHashKey::default()),
+            hasher: FoldHashKey::default(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    fn get_mut(&mut self, key: &FlowKey) -> Option<&mut Flow> {
+        match key.v4() {
+            Some(k) => self
+                .v4
+                .find_mut(self.hasher.hash_one(k), |s| s.key == k)
+                .map(|s| &mut s.flow),
+            None => self.v6.get_mut(key),
+        }
+    }
+
+    fn get(&self, key: &FlowKey) -> Option<&Flow> {
+        match key.v4() {
+            Some(k) => self
+                .v4
+                .find(self.hasher.hash_one(k), |s| s.key == k)
+                .map(|s| &s.flow),
+            None => self.v6.get(key),
+        }
+    }
+
+    fn remove(&mut self, key: &FlowKey) -> Option<Flow> {
+        match key.v4() {
+            Some(k) => self
+                .v4
+                .find_entry(self.hasher.hash_one(k), |s| s.key == k)
+                .ok()
+                .map(|e| e.remove().0.flow),
+            None => self.v6.remove(key),
+        }
+    }
+
+    /// Adds a connection whose key is not in the table.
+    fn insert_new(&mut self, key: FlowKey, flow: Flow) {
+        match key.v4() {
+            Some(k) => {
+                let hasher = &self.hasher;
+                self.v4
+                    .insert_unique(hasher.hash_one(k), Slot4 { key: k, flow }, |s| {
+                        hasher.hash_one(s.key)
+                    });
+            }
+            None => {
+                self.v6.insert(key, flow);
+            }
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Flow) -> bool) {
+        self.v4.retain(|s| keep(&s.flow));
+        self.v6.retain(|_, f| keep(f));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (FlowKey, &Flow)> {
+        self.v4
+            .iter()
+            .map(|s| (FlowKey::from_v4(s.key), &s.flow))
+            .chain(self.v6.iter().map(|(k, f)| (*k, f)))
+    }
+}
+
 /// What the reader knows of one packet: its connection and direction, and the TCP fields.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FlowPacket {
@@ -221,7 +404,7 @@ pub(crate) const SWEEP_EVERY_PACKETS: u64 = 1 << 16;
 
 /// The single reader of one capture: numbering of connections and their directions.
 pub(crate) struct FlowTable {
-    flows: HashMap<FlowKey, Flow, FoldHashKey>,
+    flows: Flows,
     replaced: HashMap<FlowKey, Replaced, FoldHashKey>,
     next_stream: u64,
     pub(crate) max_connections: usize,
@@ -247,7 +430,7 @@ impl FlowTable {
 
     pub(crate) fn new(max_connections: usize) -> Self {
         FlowTable {
-            flows: HashMap::with_hasher(FoldHashKey::default()),
+            flows: Flows::new(),
             replaced: HashMap::with_hasher(FoldHashKey::default()),
             next_stream: 0,
             max_connections: max_connections.max(1),
@@ -277,13 +460,13 @@ impl FlowTable {
         if let Some(f) = self.flows.get_mut(&key)
             && !(new_syn
                 && (f.closed()
-                    || f.syn_seq.is_some_and(|s| s != p.seq)
-                    || starts_elsewhere(f.base_seq[usize::from(src_is_lo != f.forward_is_lo)], p)))
+                    || f.syn_seq().is_some_and(|s| s != p.seq)
+                    || starts_elsewhere(f.base_seq(usize::from(src_is_lo != f.forward_is_lo())), p)))
             // A SYN-ACK starts its sender's sequence numbers: at another number than the
             // first packet seen from that side, it answers a new SYN (one the capture lost).
             && !(p.flags.syn
                 && p.flags.ack
-                && starts_elsewhere(f.base_seq[usize::from(src_is_lo != f.forward_is_lo)], p))
+                && starts_elsewhere(f.base_seq(usize::from(src_is_lo != f.forward_is_lo())), p))
             && !f.past_peer_fin(p, src_is_lo)
         {
             return f.update(p, src_is_lo, new_syn, mark, packet_no);
@@ -306,19 +489,9 @@ impl FlowTable {
         }
         let stream = self.next_stream;
         self.next_stream += 1;
-        let mut f = Flow {
-            stream,
-            forward_is_lo: src_is_lo,
-            fin: [false; 2],
-            rst: false,
-            syn_seq: None,
-            base_seq: [None; 2],
-            next_seq: [None; 2],
-            last_seen_ns: mark.time_ns,
-            last_seen_packet: packet_no,
-        };
+        let mut f = Flow::new(stream, src_is_lo, mark, packet_no);
         let msg = f.update(p, src_is_lo, new_syn, mark, packet_no);
-        self.flows.insert(key, f);
+        self.flows.insert_new(key, f);
         events(FlowEvent::Open(stream, p.src, p.dst, new_syn));
         msg
     }
@@ -370,8 +543,8 @@ impl FlowTable {
             false
         });
         let cutoff = now.time_ns.saturating_sub(QUIET_CLOSED_NS);
-        self.flows.retain(|_, f| {
-            if f.last_seen_ns >= cutoff || !(f.closed() || f.fin[0] || f.fin[1]) {
+        self.flows.retain(|f| {
+            if f.last_seen_ns >= cutoff || !(f.closed() || f.fin(0) || f.fin(1)) {
                 return true;
             }
             // Closed by one side only and quiet since: the other side will not close it in
@@ -390,7 +563,7 @@ impl FlowTable {
         let mut by_age: Vec<(bool, u64, FlowKey)> = self
             .flows
             .iter()
-            .map(|(k, f)| (!f.closed(), f.last_seen_packet, *k))
+            .map(|(k, f)| (!f.closed(), f.last_seen_packet, k))
             .collect();
         by_age.sort_unstable_by_key(|(open, seen, _)| (*open, *seen));
         let excess = self.flows.len().saturating_sub(target);
@@ -691,22 +864,24 @@ mod tests {
     #[test]
     fn connections_closed_by_one_side_end_after_a_quiet_minute() {
         let mut table = FlowTable {
-            flows: HashMap::with_hasher(FoldHashKey::default()),
+            flows: Flows::new(),
             replaced: HashMap::with_hasher(FoldHashKey::default()),
             next_stream: 0,
             max_connections: 100,
             evicted: 0,
         };
-        let flow = |stream, fin: [bool; 2], rst, seen_ns| Flow {
-            stream,
-            forward_is_lo: true,
-            fin,
-            rst,
-            syn_seq: None,
-            base_seq: [None; 2],
-            next_seq: [None; 2],
-            last_seen_ns: seen_ns,
-            last_seen_packet: 0,
+        let flow = |stream, fin: [bool; 2], rst: bool, seen_ns| {
+            let mut f = Flow::new(stream, true, Mark::new(1, seen_ns), 0);
+            for (set, bit) in [
+                (fin[0], Flow::FIN),
+                (fin[1], Flow::FIN << 1),
+                (rst, Flow::RST),
+            ] {
+                if set {
+                    f.bits |= bit;
+                }
+            }
+            f
         };
         let key = |port| {
             flow_key(
@@ -716,15 +891,21 @@ mod tests {
             .0
         };
         let minute = QUIET_CLOSED_NS;
-        table.flows.insert(key(1), flow(1, [false, true], false, 0));
-        table.flows.insert(key(2), flow(2, [true, true], false, 0));
         table
             .flows
-            .insert(key(3), flow(3, [false, false], false, 0));
+            .insert_new(key(1), flow(1, [false, true], false, 0));
         table
             .flows
-            .insert(key(4), flow(4, [true, false], false, minute));
-        table.flows.insert(key(5), flow(5, [false, false], true, 0));
+            .insert_new(key(2), flow(2, [true, true], false, 0));
+        table
+            .flows
+            .insert_new(key(3), flow(3, [false, false], false, 0));
+        table
+            .flows
+            .insert_new(key(4), flow(4, [true, false], false, minute));
+        table
+            .flows
+            .insert_new(key(5), flow(5, [false, false], true, 0));
         let mut ends = Vec::new();
         table.sweep(Mark::new(9, minute + 1), &mut ends);
         // Half-closed and quiet: ended. Closed: gone (the shard ended it already). Open, or
@@ -737,7 +918,7 @@ mod tests {
             })
             .collect();
         assert_eq!(ended, [1]);
-        let mut left: Vec<u64> = table.flows.values().map(|f| f.stream).collect();
+        let mut left: Vec<u64> = table.flows.iter().map(|(_, f)| f.stream).collect();
         left.sort_unstable();
         assert_eq!(left, [3, 4]);
         assert_eq!(table.evicted, 0);
@@ -757,6 +938,59 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_keys_fold_into_one_word_and_back_and_ipv6_keys_do_not() {
+        let a = ep(Ipv4Addr::new(192, 168, 255, 254), 65_535);
+        let b = ep(Ipv4Addr::new(10, 0, 0, 1), 1);
+        let (k, _) = flow_key(&a, &b);
+        let word = k.v4().expect("an IPv4 key");
+        assert_eq!(FlowKey::from_v4(word), k);
+        // Every part of the key is in the word: another port or address is another word.
+        for other in [
+            ep(Ipv4Addr::new(192, 168, 255, 254), 65_534),
+            ep(Ipv4Addr::new(192, 168, 255, 253), 65_535),
+        ] {
+            assert_ne!(flow_key(&other, &b).0.v4(), Some(word));
+        }
+        let v6 = flow_key(
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 1),
+            &ep(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2), 2),
+        );
+        assert_eq!(v6.0.v4(), None);
+        // An IPv4 connection's slot is one cache line.
+        assert_eq!(std::mem::size_of::<Slot4>(), 64);
+    }
+
+    #[test]
+    fn both_tables_find_update_and_drop_their_connections() {
+        let mut flows = Flows::new();
+        let v4 = flow_key(
+            &ep(Ipv4Addr::new(10, 0, 0, 2), 40_000),
+            &ep(Ipv4Addr::new(10, 0, 0, 1), 8000),
+        )
+        .0;
+        let v6 = flow_key(
+            &ep(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 40_000),
+            &ep(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), 8000),
+        )
+        .0;
+        flows.insert_new(v4, Flow::new(0, true, Mark::new(1, 0), 1));
+        flows.insert_new(v6, Flow::new(1, false, Mark::new(2, 0), 2));
+        assert_eq!(flows.len(), 2);
+        assert_eq!(flows.get(&v4).map(|f| f.stream), Some(0));
+        assert_eq!(flows.get(&v6).map(|f| f.stream), Some(1));
+        if let Some(f) = flows.get_mut(&v6) {
+            f.bits |= Flow::RST;
+        }
+        let mut keys: Vec<(u64, FlowKey)> = flows.iter().map(|(k, f)| (f.stream, k)).collect();
+        keys.sort_unstable_by_key(|(s, _)| *s);
+        assert_eq!(keys, [(0, v4), (1, v6)]);
+        flows.retain(|f| !f.rst());
+        assert!(flows.get(&v6).is_none());
+        assert_eq!(flows.remove(&v4).map(|f| f.stream), Some(0));
+        assert_eq!(flows.len(), 0);
+    }
+
+    #[test]
     fn fold_hasher_spreads_nearby_keys() {
         // Keys differing in one port must land in different low bits (the bucket index) and
         // high bits (the control byte) almost always.
@@ -766,7 +1000,8 @@ mod tests {
         let mut high = std::collections::HashSet::new();
         for port in 30_000..31_024u16 {
             let k = flow_key(&ep(Ipv4Addr::new(10, 1, 0, 1), port), &server).0;
-            let v = h.hash_one(k);
+            // IPv4 connections are found by their one-word key.
+            let v = h.hash_one(k.v4().expect("an IPv4 key"));
             low.insert(v & 1023);
             high.insert(v >> 57);
         }
