@@ -453,6 +453,71 @@ fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
     }
 }
 
+/// Inputs on which the `h2_parser` fuzz target once found two answers for two splits
+/// (fixtures/malformed/fuzz/h2_parser/, described in fixtures/malformed/README.md), replayed
+/// as the target feeds them: the prefaces first (unless header bit 0 says not), a data call
+/// per step when whole (an empty one too), steps of a direction after its end dropped, and
+/// both directions ended at the close.
+#[test]
+fn fuzz_found_http2_inputs_give_one_answer_for_any_split() {
+    use mcp_resume_audit::fuzzing::Http2Fuzz;
+    const CLIENT_START: &[u8] =
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    const SERVER_START: &[u8] = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    for (path, bytes) in fuzz_found("h2_parser") {
+        let (header, steps) = read_transcript(&bytes);
+        let limits = Limits {
+            max_header_bytes: 64 << (header[1] % 11),
+            ..Limits::default()
+        };
+        let upgraded = (header[0] & 2 != 0).then_some((Direction::Forward, u32::from(header[1])));
+        type Cut<'a> = &'a dyn Fn(&[u8]) -> Vec<usize>;
+        let run = |cut: Option<Cut>| {
+            let mut conn = Http2Fuzz::new(&limits, upgraded);
+            let mut log = HttpLog::default();
+            if header[0] & 1 == 0 {
+                conn.data(Direction::Forward, CLIENT_START, Mark::new(0, 0), &mut log);
+                conn.data(Direction::Reverse, SERVER_START, Mark::new(0, 0), &mut log);
+            }
+            let mut ended = [false; 2];
+            for (i, step) in steps.iter().enumerate() {
+                let mark = Mark::new(i as u64 + 1, i as i64);
+                match step {
+                    Step::Data(d, b) if !ended[d.index()] => match cut {
+                        None => conn.data(*d, b, mark, &mut log),
+                        Some(cut) => {
+                            let mut at = 0;
+                            for len in cut(b) {
+                                conn.data(*d, &b[at..at + len], mark, &mut log);
+                                at += len;
+                            }
+                        }
+                    },
+                    Step::Gap(d, len) if !ended[d.index()] => conn.gap(*d, *len, mark, &mut log),
+                    Step::End(d, how) if !ended[d.index()] => {
+                        ended[d.index()] = true;
+                        conn.end(*d, *how, mark, &mut log);
+                    }
+                    _ => {}
+                }
+            }
+            let last = Mark::new(steps.len() as u64 + 1, 0);
+            for d in [Direction::Forward, Direction::Reverse] {
+                if !ended[d.index()] {
+                    conn.end(d, StreamEnd::CaptureEnd, last, &mut log);
+                }
+            }
+            log.0
+        };
+        let reference = run(None);
+        let name = path.display().to_string();
+        assert_eq!(run(Some(&bytewise)), reference, "{name}");
+        for seed in 0..32 {
+            assert_eq!(run(Some(&seeded(seed))), reference, "{name} seed {seed}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // SSE: one answer for any split.
 

@@ -420,8 +420,14 @@ impl Http2Connection {
                     _ => self.dirs[d].current = Current::Ignore,
                 }
             }
-            GapEffect::Lost => self.lose_sync(dir, mark, sink),
+            GapEffect::Lost => {
+                self.lose_sync(dir, mark, sink);
+                return;
+            }
         }
+        // A gap that reached its frame's end ends the frame here, at the gap, rather than at
+        // the next bytes of the direction, which a cut of the stream could move.
+        self.feed(dir, &[], mark, sink);
     }
 
     /// `dir` ended. When it is the server's, every open body ends: `GoneAway` after a GOAWAY,

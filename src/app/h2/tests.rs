@@ -1242,3 +1242,60 @@ fn a_head_after_a_skipped_frame_begins_at_its_own_first_byte() {
         .collect();
     assert_eq!(first, [(mark_of(3), mark_of(3))]);
 }
+
+/// A gap that ends exactly where its frame ends finishes the frame at the gap: the stream's
+/// end (its `END_STREAM` was in the frame's header) is told at the gap's frame, not at the
+/// direction's next bytes (the fuzz target once found a frame finished by a gap ended at
+/// whichever call came next, so that an empty call moved it).
+#[test]
+fn a_frame_finished_by_a_gap_ends_at_the_gap() {
+    let frame_bytes = data_frame(1, true, b"id: 1\n\nid: 2\n\n");
+    let padded_frame = frame(
+        FrameType::Data,
+        FLAG_PADDED | FLAG_END_STREAM,
+        3,
+        &padded(b"id: 7\n\n", 5),
+    );
+    let ends = |steps: &[Step]| -> Vec<(u32, Mark)> {
+        transcript(steps)
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::BodyEnd(x, _, m) => Some((*x, *m)),
+                _ => None,
+            })
+            .collect()
+    };
+    let start = [
+        data(
+            C,
+            cat(&[
+                &client_preface(),
+                &headers(1, true, &plain_request("GET", "/", &[])),
+                &headers(3, true, &plain_request("GET", "/", &[])),
+            ]),
+        ),
+        data(
+            S,
+            cat(&[
+                &server_preface(),
+                &headers(1, false, &plain_response("200", &[SSE])),
+                &headers(3, false, &plain_response("200", &[SSE])),
+            ]),
+        ),
+    ];
+    // The content's last bytes lost, then (a step later) the other stream's frame, its
+    // padding lost at the end.
+    let mut steps = start.to_vec();
+    steps.extend([
+        data(S, &frame_bytes[..9 + 7]),
+        Step::Gap(S, frame_bytes.len() as u64 - 9 - 7),
+        data(S, &padded_frame[..padded_frame.len() - 3]),
+        Step::Gap(S, 3),
+        data(S, frame(FrameType::Ping, 0, 0, &[0; 8])),
+    ]);
+    assert_eq!(ends(&steps), [(1, mark_of(3)), (3, mark_of(5))]);
+    // Without anything after the gaps, the same.
+    steps.pop();
+    assert_eq!(ends(&steps), [(1, mark_of(3)), (3, mark_of(5))]);
+}
