@@ -622,24 +622,29 @@ fn set_text(out: &mut String, bytes: &[u8]) {
 
 fn set_seen(slot: &mut Option<IdSeen>, id: &[u8], text: Option<&str>, mark: Mark, id_index: u64) {
     match slot {
-        Some(seen) => {
-            match text {
-                Some(t) if t.len() <= MAX_TEXT => {
-                    seen.text.clear();
-                    seen.text.push_str(t);
-                }
-                _ => set_text(&mut seen.text, id),
-            }
-            seen.mark = mark;
-            seen.id_index = id_index;
+        Some(seen) => update_seen(seen, id, text, mark, id_index),
+        None => *slot = Some(new_seen(id, mark, id_index)),
+    }
+}
+
+/// `seen` made the id `id` (its text `text` when known) seen at `mark`.
+fn update_seen(seen: &mut IdSeen, id: &[u8], text: Option<&str>, mark: Mark, id_index: u64) {
+    match text {
+        Some(t) if t.len() <= MAX_TEXT => {
+            seen.text.clear();
+            seen.text.push_str(t);
         }
-        None => {
-            *slot = Some(IdSeen {
-                text: cut_text(id),
-                mark,
-                id_index,
-            })
-        }
+        _ => set_text(&mut seen.text, id),
+    }
+    seen.mark = mark;
+    seen.id_index = id_index;
+}
+
+fn new_seen(id: &[u8], mark: Mark, id_index: u64) -> IdSeen {
+    IdSeen {
+        text: cut_text(id),
+        mark,
+        id_index,
     }
 }
 
@@ -691,7 +696,10 @@ struct ResumeFacts {
 /// Facts gathered from one answer's event stream.
 #[derive(Debug)]
 struct StreamFacts {
-    resume: Option<ResumeFacts>,
+    /// Boxed: only resumed streams have them, and inline they made every stream's state
+    /// (thousands open at once in a session-heavy capture) 208 bytes larger, into the
+    /// allocator's 768-byte size class from the 640-byte one.
+    resume: Option<Box<ResumeFacts>>,
     summary: Option<Box<StreamSummary>>,
     shape: ShapeState,
     tail: TailEvents,
@@ -743,17 +751,19 @@ impl OpenExchange {
 /// of a body, that frame cost more than the rest.
 #[inline(never)]
 fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<StreamState> {
-    let resume = resumed_from.map(|last_event_id| ResumeFacts {
-        last_is_integer: DecimalId::parse(&last_event_id).is_some(),
-        last_value: small_value(&last_event_id),
-        last_event_id,
-        first_id: None,
-        events: 0,
-        events_before_first_id: 0,
-        resent_ids: 0,
-        gap_before_first_id: false,
-        priming_ack: None,
-        seen: SeenIds::default(),
+    let resume = resumed_from.map(|last_event_id| {
+        Box::new(ResumeFacts {
+            last_is_integer: DecimalId::parse(&last_event_id).is_some(),
+            last_value: small_value(&last_event_id),
+            last_event_id,
+            first_id: None,
+            events: 0,
+            events_before_first_id: 0,
+            resent_ids: 0,
+            gap_before_first_id: false,
+            priming_ack: None,
+            seen: SeenIds::default(),
+        })
     });
     Box::new(StreamState {
         parser: SseParser::new(limits, if keep { KEEP_DATA } else { 0 }),
@@ -957,7 +967,7 @@ impl ExchangeTracker {
             Some(mut s) => {
                 s.facts.finish();
                 let StreamState { facts, .. } = *s;
-                (facts.resume, facts.summary)
+                (facts.resume.map(|r| *r), facts.summary)
             }
             None => (None, None),
         };
@@ -1263,8 +1273,9 @@ struct ShapeCursor {
 #[derive(Debug, Default)]
 struct MaxInt {
     value: Option<u64>,
-    /// The highest id as text, once one did not fit 64 bits (compared as decimals).
-    big: Option<IdSeen>,
+    /// The highest id as text, once one did not fit 64 bits (compared as decimals). Boxed:
+    /// such ids are rare, and inline the slot made every stream's state 40 bytes larger.
+    big: Option<Box<IdSeen>>,
     mark: Mark,
     id_index: u64,
     seen: bool,
@@ -1289,7 +1300,10 @@ impl MaxInt {
                     None => true,
                 };
                 if higher {
-                    set_seen(&mut self.big, id, Some(text), mark, id_index);
+                    match self.big.as_deref_mut() {
+                        Some(b) => update_seen(b, id, Some(text), mark, id_index),
+                        None => self.big = Some(Box::new(new_seen(id, mark, id_index))),
+                    }
                 }
             }
         }
@@ -1297,7 +1311,7 @@ impl MaxInt {
 
     fn take(&mut self) -> Option<IdSeen> {
         if let Some(b) = self.big.take() {
-            return Some(b);
+            return Some(*b);
         }
         let v = self.value.filter(|_| self.seen)?;
         Some(IdSeen {
@@ -2230,6 +2244,53 @@ pub fn is_integer_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event stream's state is boxed, one per open stream; thousands are open at once in
+    /// a session-heavy capture. At most 512 bytes it takes the allocator's 512-byte size
+    /// class, where 513 would take the 640-byte one.
+    /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
+    /// made once and updated in place) once one does not.
+    #[test]
+    fn the_highest_id_is_kept_past_64_bits() {
+        let mut max = MaxInt::default();
+        let mut see = |text: &str, frame: u64| {
+            max.see(
+                text,
+                small_value(text),
+                text.as_bytes(),
+                Mark::new(frame, 0),
+                frame,
+            )
+        };
+        see("5", 1);
+        see("3", 2);
+        see("18446744073709551616", 3);
+        see("7", 4);
+        see("18446744073709551618", 5);
+        see("18446744073709551617", 6);
+        let top = max.take().expect("a highest id");
+        assert_eq!(
+            (top.text.as_str(), top.mark.frame, top.id_index),
+            ("18446744073709551618", 5, 5)
+        );
+        let mut small = MaxInt::default();
+        for (i, t) in ["9", "12", "11"].into_iter().enumerate() {
+            small.see(
+                t,
+                small_value(t),
+                t.as_bytes(),
+                Mark::new(i as u64, 0),
+                i as u64,
+            );
+        }
+        assert_eq!(small.take().map(|s| s.text), Some("12".to_string()));
+    }
+
+    #[test]
+    fn a_streams_state_fits_its_size_class() {
+        let size = std::mem::size_of::<StreamState>();
+        assert!(size <= 512, "{size} bytes");
+    }
 
     proptest::proptest! {
         #[test]
