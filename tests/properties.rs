@@ -410,6 +410,69 @@ fn fuzz_found(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
         .collect()
 }
 
+/// How a replay cuts each data step: piece lengths, or one call per step (an empty one too)
+/// when `None`.
+type Cut<'a> = Option<&'a dyn Fn(&[u8]) -> Vec<usize>>;
+
+/// A connection a fuzz target's transcript is replayed into.
+trait Replay {
+    fn data(&mut self, d: Direction, bytes: &[u8], mark: Mark, log: &mut HttpLog);
+    fn gap(&mut self, d: Direction, len: u64, mark: Mark, log: &mut HttpLog);
+    fn end(&mut self, d: Direction, how: StreamEnd, mark: Mark, log: &mut HttpLog);
+}
+
+impl Replay for HttpConnection {
+    fn data(&mut self, d: Direction, bytes: &[u8], mark: Mark, log: &mut HttpLog) {
+        HttpConnection::data(self, d, bytes, mark, log);
+    }
+    fn gap(&mut self, d: Direction, len: u64, mark: Mark, log: &mut HttpLog) {
+        HttpConnection::gap(self, d, len, mark, log);
+    }
+    fn end(&mut self, d: Direction, how: StreamEnd, mark: Mark, log: &mut HttpLog) {
+        HttpConnection::end(self, d, how, mark, log);
+    }
+}
+
+impl Replay for mcp_resume_audit::fuzzing::Http2Fuzz {
+    fn data(&mut self, d: Direction, bytes: &[u8], mark: Mark, log: &mut HttpLog) {
+        Self::data(self, d, bytes, mark, log);
+    }
+    fn gap(&mut self, d: Direction, len: u64, mark: Mark, log: &mut HttpLog) {
+        Self::gap(self, d, len, mark, log);
+    }
+    fn end(&mut self, d: Direction, how: StreamEnd, mark: Mark, log: &mut HttpLog) {
+        Self::end(self, d, how, mark, log);
+    }
+}
+
+/// Feeds a transcript's steps as the fuzz targets do (step `i` at frame `i + 1`; the steps of
+/// a direction after its end are dropped); returns which directions ended.
+fn replay<C: Replay>(conn: &mut C, steps: &[Step], cut: Cut, log: &mut HttpLog) -> [bool; 2] {
+    let mut ended = [false; 2];
+    for (i, step) in steps.iter().enumerate() {
+        let mark = Mark::new(i as u64 + 1, i as i64);
+        match step {
+            Step::Data(d, b) if !ended[d.index()] => match cut {
+                None => conn.data(*d, b, mark, log),
+                Some(cut) => {
+                    let mut at = 0;
+                    for len in cut(b) {
+                        conn.data(*d, &b[at..at + len], mark, log);
+                        at += len;
+                    }
+                }
+            },
+            Step::Gap(d, len) if !ended[d.index()] => conn.gap(*d, *len, mark, log),
+            Step::End(d, how) if !ended[d.index()] => {
+                ended[d.index()] = true;
+                conn.end(*d, *how, mark, log);
+            }
+            _ => {}
+        }
+    }
+    ended
+}
+
 /// Inputs on which the `http1_parser` fuzz target once found two answers for two splits
 /// (fixtures/malformed/fuzz/http1_parser/, described in fixtures/malformed/README.md).
 #[test]
@@ -423,25 +486,7 @@ fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
         let run = |cut: &dyn Fn(&[u8]) -> Vec<usize>| {
             let mut conn = HttpConnection::new(&limits, header[0] & 1 != 0);
             let mut log = HttpLog::default();
-            let mut ended = [false; 2];
-            for (i, step) in steps.iter().enumerate() {
-                let mark = Mark::new(i as u64 + 1, i as i64);
-                match step {
-                    Step::Data(d, b) if !ended[d.index()] => {
-                        let mut at = 0;
-                        for len in cut(b) {
-                            conn.data(*d, &b[at..at + len], mark, &mut log);
-                            at += len;
-                        }
-                    }
-                    Step::Gap(d, len) if !ended[d.index()] => conn.gap(*d, *len, mark, &mut log),
-                    Step::End(d, how) if !ended[d.index()] => {
-                        ended[d.index()] = true;
-                        conn.end(*d, *how, mark, &mut log);
-                    }
-                    _ => {}
-                }
-            }
+            replay(&mut conn, &steps, Some(cut), &mut log);
             log.0
         };
         let reference = run(&whole);
@@ -456,8 +501,7 @@ fn fuzz_found_http_inputs_give_one_answer_for_any_split() {
 /// Inputs on which the `h2_parser` fuzz target once found two answers for two splits
 /// (fixtures/malformed/fuzz/h2_parser/, described in fixtures/malformed/README.md), replayed
 /// as the target feeds them: the prefaces first (unless header bit 0 says not), a data call
-/// per step when whole (an empty one too), steps of a direction after its end dropped, and
-/// both directions ended at the close.
+/// per step when whole (an empty one too), and both directions ended at the close.
 #[test]
 fn fuzz_found_http2_inputs_give_one_answer_for_any_split() {
     use mcp_resume_audit::fuzzing::Http2Fuzz;
@@ -471,36 +515,14 @@ fn fuzz_found_http2_inputs_give_one_answer_for_any_split() {
             ..Limits::default()
         };
         let upgraded = (header[0] & 2 != 0).then_some((Direction::Forward, u32::from(header[1])));
-        type Cut<'a> = &'a dyn Fn(&[u8]) -> Vec<usize>;
-        let run = |cut: Option<Cut>| {
+        let run = |cut: Cut| {
             let mut conn = Http2Fuzz::new(&limits, upgraded);
             let mut log = HttpLog::default();
             if header[0] & 1 == 0 {
                 conn.data(Direction::Forward, CLIENT_START, Mark::new(0, 0), &mut log);
                 conn.data(Direction::Reverse, SERVER_START, Mark::new(0, 0), &mut log);
             }
-            let mut ended = [false; 2];
-            for (i, step) in steps.iter().enumerate() {
-                let mark = Mark::new(i as u64 + 1, i as i64);
-                match step {
-                    Step::Data(d, b) if !ended[d.index()] => match cut {
-                        None => conn.data(*d, b, mark, &mut log),
-                        Some(cut) => {
-                            let mut at = 0;
-                            for len in cut(b) {
-                                conn.data(*d, &b[at..at + len], mark, &mut log);
-                                at += len;
-                            }
-                        }
-                    },
-                    Step::Gap(d, len) if !ended[d.index()] => conn.gap(*d, *len, mark, &mut log),
-                    Step::End(d, how) if !ended[d.index()] => {
-                        ended[d.index()] = true;
-                        conn.end(*d, *how, mark, &mut log);
-                    }
-                    _ => {}
-                }
-            }
+            let ended = replay(&mut conn, &steps, cut, &mut log);
             let last = Mark::new(steps.len() as u64 + 1, 0);
             for d in [Direction::Forward, Direction::Reverse] {
                 if !ended[d.index()] {
