@@ -251,8 +251,13 @@ impl SseParser {
     /// A parser at the start of a stream: fields longer than `limits.max_sse_field_bytes` are
     /// cut, and the first `keep_data` bytes of each data buffer are kept.
     pub fn new(limits: &Limits, keep_data: usize) -> Self {
+        SseParser::with_field_limit(limits.max_sse_field_bytes, keep_data)
+    }
+
+    /// [`SseParser::new`] with the field limit alone.
+    pub fn with_field_limit(field_limit: usize, keep_data: usize) -> Self {
         SseParser {
-            field_limit: limits.max_sse_field_bytes,
+            field_limit,
             keep_data,
             bom: BomState::Matching(0),
             bom_mark: Mark::default(),

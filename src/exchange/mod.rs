@@ -750,7 +750,7 @@ impl OpenExchange {
 /// in the frame of the function that makes it, and in the body's path, taken at every slice
 /// of a body, that frame cost more than the rest.
 #[inline(never)]
-fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<StreamState> {
+fn new_stream(max_field: usize, keep: bool, resumed_from: Option<String>) -> Box<StreamState> {
     let resume = resumed_from.map(|last_event_id| {
         Box::new(ResumeFacts {
             last_is_integer: DecimalId::parse(&last_event_id).is_some(),
@@ -766,7 +766,7 @@ fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<
         })
     });
     Box::new(StreamState {
-        parser: SseParser::new(limits, if keep { KEEP_DATA } else { 0 }),
+        parser: SseParser::with_field_limit(max_field, if keep { KEEP_DATA } else { 0 }),
         facts: StreamFacts {
             resume,
             summary: keep.then(Box::default),
@@ -775,14 +775,16 @@ fn new_stream(limits: &Limits, keep: bool, resumed_from: Option<String>) -> Box<
             max_int: MaxInt::default(),
             last_key: None,
             last_int: None,
-            max_id: limits.max_sse_field_bytes,
+            max_id: max_field,
         },
     })
 }
 
 /// Collects one connection's exchanges (implements [`HttpSink`]).
 pub struct ExchangeTracker {
-    limits: Limits,
+    /// `Limits::max_sse_field_bytes`, the one limit the tracker applies (to the event streams
+    /// it reads): the whole `Limits` made every connection 32 bytes larger.
+    max_sse_field: usize,
     // Exchange numbers are a counter the HTTP stage assigns, not input: rustc-hash spreads them
     // with one multiplication, where SipHash costs more than the rest of a body call.
     // Boxed, as `hot` is: moving an exchange in or out of the table moves a pointer.
@@ -817,12 +819,21 @@ pub struct ExchangeTracker {
     keep_summaries: bool,
     /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
     evicted: bool,
-    /// The last message head dropped for exceeding `Limits::max_header_bytes`.
-    head_too_large: Option<Mark>,
+    /// Where the HTTP stage lost messages, if it ever did: boxed when it first does (a clean
+    /// connection never does, and inline the two marks made every connection 40 bytes
+    /// larger).
+    lost: Option<Box<LostMarks>>,
     /// Since the caller last took it: requests may have been lost (bytes of the client's
     /// direction missing, or an answer that could not be paired with a request), and no
     /// session can be named for them.
     pub unattributed_loss: bool,
+}
+
+/// Where a connection's HTTP stage lost messages.
+#[derive(Debug, Default)]
+struct LostMarks {
+    /// The last message head dropped for exceeding `Limits::max_header_bytes`.
+    head_too_large: Option<Mark>,
     /// The last time the HTTP stage skipped bytes it could not read as HTTP (a lost or
     /// unreadable message head), or met an answer it could not pair with a request: an
     /// answer to an open request may have been among them.
@@ -836,7 +847,7 @@ impl ExchangeTracker {
     /// A tracker for a new connection.
     pub fn new(limits: &Limits) -> Self {
         ExchangeTracker {
-            limits: limits.clone(),
+            max_sse_field: limits.max_sse_field_bytes,
             open: None,
             hot: None,
             resumes: Vec::new(),
@@ -849,9 +860,8 @@ impl ExchangeTracker {
             summaries_dropped: 0,
             keep_summaries: true,
             evicted: false,
-            head_too_large: None,
+            lost: None,
             unattributed_loss: false,
-            resynced: None,
         }
     }
 
@@ -908,7 +918,7 @@ impl ExchangeTracker {
 
     /// The event stream state of the open exchange `exchange`, made if its body begins now.
     fn stream(&mut self, exchange: u32) -> Option<&mut StreamState> {
-        let limits = &self.limits;
+        let max_field = self.max_sse_field;
         let keep = self.keep_summaries;
         let ex = match &mut self.hot {
             Some((n, ex)) if *n == exchange => ex,
@@ -916,9 +926,14 @@ impl ExchangeTracker {
         };
         if ex.unread_stream.is_some() {
             let resumed_from = ex.unread_stream.take().flatten();
-            ex.stream = Some(new_stream(limits, keep, resumed_from));
+            ex.stream = Some(new_stream(max_field, keep, resumed_from));
         }
         ex.stream.as_deref_mut()
+    }
+
+    /// See [`LostMarks::resynced`].
+    fn resynced(&self) -> Option<Mark> {
+        self.lost.as_ref().and_then(|l| l.resynced)
     }
 
     /// Takes the open exchange `exchange` out, if there is one.
@@ -942,7 +957,7 @@ impl ExchangeTracker {
                 // Bytes the HTTP stage skipped, or an answer it could not pair, may have been
                 // this request's answer: after the request, or before it when the capture
                 // holds the answer ahead of the request it answers.
-                let skipped_after = self.resynced.is_some();
+                let skipped_after = self.resynced().is_some();
                 let no_answer = match server_end {
                     _ if server_gaps || skipped_after => NoAnswer::NotCaptured,
                     Some(StreamEnd::Fin | StreamEnd::Rst) => NoAnswer::ServerClosed,
@@ -1142,7 +1157,9 @@ impl ExchangeTracker {
         }
         if response.is_none()
             && self
-                .head_too_large
+                .lost
+                .as_ref()
+                .and_then(|l| l.head_too_large)
                 .is_some_and(|m| m.frame >= request.complete.frame)
         {
             // The answer may be the head that was dropped: no verdict against the server.
@@ -1180,7 +1197,7 @@ impl ExchangeTracker {
                 if response.is_none()
                     && (no_answer != NoAnswer::NotCaptured
                         || self
-                            .resynced
+                            .resynced()
                             .is_some_and(|m| m.frame >= request.complete.frame))
                 {
                     mark
@@ -2162,7 +2179,7 @@ impl HttpSink for ExchangeTracker {
         self.note_session(&head.session_id);
         let n = head.exchange;
         let keep = self.keep_summaries;
-        let resynced = self.resynced;
+        let resynced = self.resynced();
         let ex = self.entry(n);
         let uncaptured = ex.request.is_none();
         // An answer paired with a request made before bytes the HTTP stage skipped may answer
@@ -2221,10 +2238,12 @@ impl HttpSink for ExchangeTracker {
 
     fn anomaly(&mut self, what: Anomaly, mark: Mark) {
         if what == Anomaly::HeaderTooLarge {
-            self.head_too_large = Some(mark);
+            self.lost
+                .get_or_insert_with(Default::default)
+                .head_too_large = Some(mark);
         }
         if matches!(what, Anomaly::Resynchronized | Anomaly::UnpairedResponse) {
-            self.resynced = Some(mark);
+            self.lost.get_or_insert_with(Default::default).resynced = Some(mark);
         }
         if what == Anomaly::UnpairedResponse {
             self.unattributed_loss = true;

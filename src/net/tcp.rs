@@ -195,22 +195,32 @@ struct HalfStream {
     /// before `fin_at`.
     pending: BTreeMap<u64, OutOfOrderPiece>,
     pending_cost: usize,
-    stats: TcpStats,
+    /// Boxed when first counted: most directions of a clean capture count nothing, and inline
+    /// the counters made each direction 32 bytes larger.
+    stats: Option<Box<TcpStats>>,
     /// An acknowledged hole waiting to be given up: (`next` when it was seen, the
     /// connection's segment count then, the segment that revealed it).
     /// Boxed: holes are rare, and inline it made each direction 32 bytes larger.
     hole_seen: Option<Box<(u64, u64, Mark)>>,
     /// The connection's segment count, as of the segment being handled.
     now: u64,
-    /// Before a capture that began mid-connection shows this direction's data: the sequence
-    /// number of its first pure ACK, and the highest acknowledgment the other side sent.
-    /// Together they can prove that bytes before the first captured one were sent and lost.
-    pre_anchor: Option<u32>,
-    pre_acked: Option<u32>,
+    /// What a capture that began mid-connection shows before this direction's data; boxed
+    /// when first seen (a connection captured from its handshake never has any).
+    pre: Option<Box<PreStart>>,
+}
+
+/// Before a capture that began mid-connection shows a direction's data.
+#[derive(Debug, Default)]
+struct PreStart {
+    /// The sequence number of the direction's first pure ACK, and the highest acknowledgment
+    /// the other side sent. Together they can prove that bytes before the first captured one
+    /// were sent and lost.
+    anchor: Option<u32>,
+    acked: Option<u32>,
     /// The lowest acknowledgment the other side sent before this direction showed a packet:
     /// the anchor when this direction showed no pure ACK either (its handshake and its
     /// acknowledgments were lost).
-    pre_first_acked: Option<u32>,
+    first_acked: Option<u32>,
 }
 
 /// Bytes between a mid-connection anchor and the first captured byte taken as lost at most:
@@ -232,12 +242,10 @@ impl HalfStream {
             fin_mark: Mark::default(),
             pending: BTreeMap::new(),
             pending_cost: 0,
-            stats: TcpStats::default(),
+            stats: None,
             hole_seen: None,
             now: 0,
-            pre_anchor: None,
-            pre_acked: None,
-            pre_first_acked: None,
+            pre: None,
         }
     }
 
@@ -259,19 +267,17 @@ impl HalfStream {
 
     /// The other direction acknowledged everything before `ack`.
     fn on_ack<S: StreamSink>(&mut self, ack: u32, mark: Mark, sink: &mut S) {
-        if !self.started
-            && self
-                .pre_acked
-                .is_none_or(|k| ack.wrapping_sub(k) as i32 > 0)
-        {
-            self.pre_acked = Some(ack);
-        }
-        if !self.started
-            && self
-                .pre_first_acked
+        if !self.started {
+            let pre = self.pre.get_or_insert_with(Default::default);
+            if pre.acked.is_none_or(|k| ack.wrapping_sub(k) as i32 > 0) {
+                pre.acked = Some(ack);
+            }
+            if pre
+                .first_acked
                 .is_none_or(|k| (ack.wrapping_sub(k) as i32) < 0)
-        {
-            self.pre_first_acked = Some(ack);
+            {
+                pre.first_acked = Some(ack);
+            }
         }
         if !self.started || self.ended {
             return;
@@ -299,9 +305,10 @@ impl HalfStream {
         } else {
             if !self.started {
                 if seg.payload.is_empty() && !seg.flags.fin {
-                    if self.pre_anchor.is_none() {
-                        self.pre_anchor = Some(seg.seq);
-                    }
+                    self.pre
+                        .get_or_insert_with(Default::default)
+                        .anchor
+                        .get_or_insert(seg.seq);
                     return;
                 }
                 // Mid-stream: the first captured byte is position 0, unless the capture shows
@@ -315,7 +322,7 @@ impl HalfStream {
                     // stood before this segment by more than a keep-alive probe's byte: the
                     // bytes between were sent, captured late or not at all, and wait as a
                     // hole.
-                    None => match self.pre_anchor.or(self.pre_first_acked).filter(|&a| {
+                    None => match self.pre_anchor().filter(|&a| {
                         let span = seg.seq.wrapping_sub(a);
                         span > 1 && span <= MAX_ANCHORED_HOLE
                     }) {
@@ -336,6 +343,13 @@ impl HalfStream {
         self.end_if_complete(sink);
     }
 
+    /// The sequence number this direction stood at before its first captured byte, as far as
+    /// the capture shows: its first pure ACK, or else the other side's lowest acknowledgment.
+    fn pre_anchor(&self) -> Option<u32> {
+        let pre = self.pre.as_deref()?;
+        pre.anchor.or(pre.first_acked)
+    }
+
     /// In a capture that began mid-connection (or lost this direction's handshake), before
     /// this direction's first captured byte (at `first`, if any): the sequence number of its
     /// first pure ACK (or, without one, the other side's lowest acknowledgment) and the other
@@ -343,8 +357,8 @@ impl HalfStream {
     /// keep-alive probe sits one byte back) and not past `first`. The bytes between were sent
     /// (the peer acknowledged them) and the capture lost them.
     fn lost_before(&self, first: Option<u32>) -> Option<(u32, u32)> {
-        let anchor = self.pre_anchor.or(self.pre_first_acked)?;
-        let acked = self.pre_acked?;
+        let anchor = self.pre_anchor()?;
+        let acked = self.pre.as_ref()?.acked?;
         let span = acked.wrapping_sub(anchor);
         (span > 1
             && span <= MAX_ANCHORED_HOLE
@@ -420,11 +434,11 @@ impl HalfStream {
                         .saturating_sub(usize::try_from(new_bytes).unwrap_or(usize::MAX)),
                 );
                 self.insert_uncovered(seg_start, bytes, mark);
-                self.stats.out_of_order_segments += 1;
+                self.stats_mut().out_of_order_segments += 1;
                 return;
             }
             // No room: give up the oldest hole, which also lets buffered bytes after it flow.
-            self.stats.overflows += 1;
+            self.stats_mut().overflows += 1;
             let hole_end = match self.pending.first_key_value() {
                 Some((&first, _)) if first < seg_start => first,
                 _ => seg_start,
@@ -625,8 +639,9 @@ impl HalfStream {
         if to > self.next {
             let len = to - self.next;
             sink.gap(self.dir, len, mark);
-            self.stats.gaps += 1;
-            self.stats.gap_bytes = self.stats.gap_bytes.saturating_add(len);
+            let stats = self.stats_mut();
+            stats.gaps += 1;
+            stats.gap_bytes = stats.gap_bytes.saturating_add(len);
             self.next = to;
         }
         self.drain_contiguous(sink);
@@ -641,8 +656,14 @@ impl HalfStream {
     }
 
     fn count_retransmitted(&mut self, bytes: usize) {
-        self.stats.retransmitted_bytes =
-            self.stats.retransmitted_bytes.saturating_add(bytes as u64);
+        if bytes > 0 {
+            let stats = self.stats_mut();
+            stats.retransmitted_bytes = stats.retransmitted_bytes.saturating_add(bytes as u64);
+        }
+    }
+
+    fn stats_mut(&mut self) -> &mut TcpStats {
+        self.stats.get_or_insert_with(Default::default)
     }
 
     fn end_if_complete<S: StreamSink>(&mut self, sink: &mut S) {
@@ -977,7 +998,9 @@ impl TcpConnection {
     pub fn stats(&self) -> TcpStats {
         let mut total = TcpStats::default();
         for half in &self.halves {
-            total.add(&half.stats);
+            if let Some(stats) = &half.stats {
+                total.add(stats);
+            }
         }
         total
     }
