@@ -27,6 +27,7 @@
 
 mod app;
 mod audit;
+mod cache;
 mod driver;
 mod exchange;
 mod facts;
