@@ -1153,7 +1153,22 @@ impl<'s> Merger<'s> {
         let n = self.pending.partition_point(|k| k.frame <= upto);
         // Drained in place: the buffer keeps its room for the next events, where splitting
         // it off allocated a new one at nearly every frame that ended an exchange.
-        for k in self.pending.drain(..n) {
+        let mut events = self.pending.drain(..n);
+        while let Some(k) = events.next() {
+            // What the stage reads of an ended exchange was written on a worker's core: it is
+            // asked for a few events ahead.
+            if let Some(Keyed {
+                event: StageEvent::Ended(x, r),
+                ..
+            }) = events.as_slice().get(PREFETCH_AHEAD - 1)
+            {
+                if let Some(x) = x {
+                    crate::cache::prefetch(&**x, usize::MAX);
+                }
+                if let Some(r) = r {
+                    crate::cache::prefetch(&**r, usize::MAX);
+                }
+            }
             let key = (k.stream, k.exchange);
             match k.event {
                 StageEvent::Opened(sid) => self.facts.opened(&sid, key),
