@@ -689,9 +689,10 @@ impl StreamSink for Bridge<'_> {
     }
 }
 
-/// How far ahead in a batch the worker asks for a message's connection state, so that it is
-/// in the cache when the message's turn comes (sessions interleave over thousands of
-/// connections, and the state of each is 16 cache lines).
+/// How far ahead in a batch a shard asks for a message's connection state, so that it is in
+/// the cache when the message's turn comes (sessions interleave over thousands of
+/// connections, and the state of each is 16 cache lines); the session stage looks as far
+/// ahead among the events it is given.
 const PREFETCH_AHEAD: usize = 4;
 
 /// The connections of one shard and what they produced.
@@ -958,7 +959,6 @@ impl Shard {
 
     /// Asks the processor to bring the state of the connection `msg` is for into the cache,
     /// so that it is there when the message's turn comes.
-    /// Asks for the state of the connection `msg` is for to be brought into the cache.
     fn prefetch(&self, msg: &ShardMsg) {
         if let ShardMsg::Packet(m, _, _) = msg
             && let Some(c) = self.conns.get(&m.stream)
