@@ -8,18 +8,18 @@
 /// Bytes of a cache line on the processors the analyzer runs on.
 const LINE: usize = 64;
 
-/// Asks for every cache line of `value` (at most `max_lines`) to be brought into the cache.
+/// Asks for every cache line of `value` to be brought into the cache.
 #[inline(always)]
-pub(crate) fn prefetch<T>(value: &T, max_lines: usize) {
+pub(crate) fn prefetch<T>(value: &T) {
     let p = (value as *const T).cast::<u8>();
-    for line in 0..lines(std::mem::size_of::<T>(), max_lines) {
+    for line in 0..lines(std::mem::size_of::<T>()) {
         prefetch_line(p.wrapping_add(line * LINE));
     }
 }
 
-/// Cache lines a value of `size` bytes spans from its start, at most `max`.
-fn lines(size: usize, max: usize) -> usize {
-    size.div_ceil(LINE).min(max)
+/// Cache lines a value of `size` bytes spans from its start.
+fn lines(size: usize) -> usize {
+    size.div_ceil(LINE)
 }
 
 #[inline(always)]
@@ -42,14 +42,13 @@ mod tests {
 
     #[test]
     fn a_value_is_asked_for_line_by_line() {
-        assert_eq!(lines(0, usize::MAX), 0);
-        assert_eq!(lines(1, usize::MAX), 1);
-        assert_eq!(lines(64, usize::MAX), 1);
-        assert_eq!(lines(65, usize::MAX), 2);
-        assert_eq!(lines(1024, usize::MAX), 16);
-        assert_eq!(lines(1024, 3), 3);
+        assert_eq!(lines(0), 0);
+        assert_eq!(lines(1), 1);
+        assert_eq!(lines(64), 1);
+        assert_eq!(lines(65), 2);
+        assert_eq!(lines(1024), 16);
         // Any value, of any size, is only a hint.
-        prefetch(&(), usize::MAX);
-        prefetch(&[0u8; 4096], usize::MAX);
+        prefetch(&());
+        prefetch(&[0u8; 4096]);
     }
 }

@@ -963,7 +963,7 @@ impl Shard {
         if let ShardMsg::Packet(m, _, _) = msg
             && let Some(c) = self.conns.get(&m.stream)
         {
-            crate::cache::prefetch(&**c, usize::MAX);
+            crate::cache::prefetch(&**c);
         }
     }
 
@@ -1167,10 +1167,10 @@ impl<'s> Merger<'s> {
                 }) = events.as_slice().get(PREFETCH_AHEAD - 1)
             {
                 if let Some(x) = x {
-                    crate::cache::prefetch(&**x, usize::MAX);
+                    crate::cache::prefetch(&**x);
                 }
                 if let Some(r) = r {
-                    crate::cache::prefetch(&**r, usize::MAX);
+                    crate::cache::prefetch(&**r);
                 }
             }
             let key = (k.stream, k.exchange);
