@@ -29,11 +29,16 @@ use crate::report::{self, HumanNotes, Summary};
 /// reconnect storm of 256 MiB writes a report of about that size; each extra pass copies all
 /// of it twice more).
 pub const SPOOL_MEMORY: usize = 1 << 20;
-/// Runs merged at once (each reads [`RUN_READ_AHEAD`] ahead: 4 MiB in all, once the session
-/// stage's state is gone); more are first merged into longer runs.
+/// Runs merged at once; more are first merged into longer runs.
 pub const MERGE_FAN_IN: usize = 512;
-/// Bytes read ahead from each run while merging.
-const RUN_READ_AHEAD: usize = 8 << 10;
+/// Bytes the runs of one merge read ahead, together: once the session stage's state is gone,
+/// so beside little else.
+const MERGE_READ_AHEAD: usize = 4 << 20;
+/// Bytes read ahead from each run at least ([`MERGE_READ_AHEAD`] shared by [`MERGE_FAN_IN`]
+/// runs), and at most: fewer runs each read further, in fewer calls (a reconnect storm's 230
+/// MB report, read back 8 KiB at a time, took some 30,000 of them).
+const RUN_READ_AHEAD: usize = MERGE_READ_AHEAD / MERGE_FAN_IN;
+const RUN_READ_AHEAD_MAX: usize = 256 << 10;
 /// Bytes gathered before each write of a run to the file.
 const RUN_WRITE_BUFFER: usize = 256 << 10;
 
@@ -342,11 +347,15 @@ struct RunReader {
     len: usize,
     /// Where the line of the entry last read is in `buf`.
     line: (usize, usize),
+    /// Bytes each read asks for at least.
+    ahead: usize,
 }
 
 impl RunReader {
-    fn new(run: Run) -> Self {
+    /// A reader of `run`, one of `runs` merged together.
+    fn new(run: Run, runs: usize) -> Self {
         RunReader {
+            ahead: (MERGE_READ_AHEAD / runs.max(1)).clamp(RUN_READ_AHEAD, RUN_READ_AHEAD_MAX),
             at: run.from,
             end: run.to,
             buf: Vec::new(),
@@ -364,7 +373,7 @@ impl RunReader {
         self.buf.copy_within(self.pos..self.len, 0);
         self.len -= self.pos;
         self.pos = 0;
-        let want = n.max(RUN_READ_AHEAD).saturating_sub(self.len);
+        let want = n.max(self.ahead).saturating_sub(self.len);
         let left = self.end.saturating_sub(self.at);
         let take = (want as u64).min(left) as usize;
         if take > 0 {
@@ -456,7 +465,10 @@ fn merge_runs<W: Write + ?Sized>(
     out: &mut W,
     entries: bool,
 ) -> std::io::Result<()> {
-    let mut readers: Vec<RunReader> = runs.iter().map(|r| RunReader::new(*r)).collect();
+    let mut readers: Vec<RunReader> = runs
+        .iter()
+        .map(|r| RunReader::new(*r, runs.len()))
+        .collect();
     let mut heap = BinaryHeap::with_capacity(readers.len());
     for (i, r) in readers.iter_mut().enumerate() {
         if let Some(k) = r.next(f)? {
@@ -637,6 +649,20 @@ mod tests {
             String::from_utf8(b).unwrap().lines().count(),
             rounds * report.resumes.len()
         );
+    }
+
+    #[test]
+    fn runs_merged_together_share_the_read_ahead_within_its_bounds() {
+        let ahead = |runs| RunReader::new(Run { from: 0, to: 1 }, runs).ahead;
+        assert_eq!(ahead(0), RUN_READ_AHEAD_MAX);
+        assert_eq!(ahead(1), RUN_READ_AHEAD_MAX);
+        assert_eq!(ahead(64), MERGE_READ_AHEAD / 64);
+        assert_eq!(ahead(220), MERGE_READ_AHEAD / 220);
+        assert_eq!(ahead(MERGE_FAN_IN), RUN_READ_AHEAD);
+        assert_eq!(ahead(10 * MERGE_FAN_IN), RUN_READ_AHEAD);
+        for runs in 1..=MERGE_FAN_IN {
+            assert!(ahead(runs) * runs <= MERGE_READ_AHEAD.max(RUN_READ_AHEAD_MAX));
+        }
     }
 
     #[test]
