@@ -56,6 +56,17 @@ browser.stderr.on('data', (d) => { stderr += d; });
 // The protocol: JSON messages ended by NUL, to the browser on fd 3, from it on fd 4.
 const toBrowser = browser.stdio[3];
 const fromBrowser = browser.stdio[4];
+// The browser is stopped once the checks are over, and a read on its pipes may then fail
+// (ECONNRESET): not the page's failure, and unhandled it made node exit 1 after the checks
+// had passed. Before that, a broken pipe is a failure of the run.
+for (const s of [browser.stderr, toBrowser, fromBrowser]) {
+  s.on('error', (e) => {
+    if (!finished) {
+      problems.push('the pipe to the browser failed: ' + e.message);
+      finish(1, {});
+    }
+  });
+}
 let nextId = 1;
 const waiting = new Map();
 const listeners = [];
