@@ -22,11 +22,12 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn out_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mra-html-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A folder of the test's own, removed when it is dropped: also when the test fails.
+fn out_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("mra-html-test-{name}-"))
+        .tempdir()
+        .expect("a temporary folder")
 }
 
 /// Runs the binary; returns standard output and the exit status.
@@ -65,7 +66,7 @@ fn the_json_lines_do_not_change_and_the_page_holds_them() {
         let mut base: Vec<&str> = if sessions { vec!["--sessions"] } else { vec![] };
         base.extend(FIXTURES);
         let (plain, code) = run(&base);
-        let page = dir.join(format!("r-{sessions}.html"));
+        let page = dir.path().join(format!("r-{sessions}.html"));
         let page_arg = page.to_str().unwrap();
         let mut with = vec!["--html", page_arg];
         with.extend(&base);
@@ -88,18 +89,17 @@ fn the_json_lines_do_not_change_and_the_page_holds_them() {
         assert!(html.len() < 1 << 20, "{} bytes", html.len());
     }
     // Only the page is left: its temporary file was renamed.
-    let left: Vec<_> = std::fs::read_dir(&dir)
+    let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left.len(), 2, "{left:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn text_format_still_writes_the_page() {
     let dir = out_dir("text");
-    let page = dir.join("r.html");
+    let page = dir.path().join("r.html");
     let (out, _) = run(&[
         "--format",
         "text",
@@ -112,7 +112,6 @@ fn text_format_still_writes_the_page() {
     let embedded = embedded(&html);
     assert!(embedded.iter().any(|l| l["type"] == "session"));
     assert_eq!(embedded.last().unwrap()["type"], "summary");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -203,7 +202,7 @@ fn expectation(jsonl: &[u8]) -> serde_json::Value {
 #[test]
 fn the_page_works_in_a_browser() {
     let dir = out_dir("browser");
-    let page = dir.join("r.html");
+    let page = dir.path().join("r.html");
     let mut args = vec!["--html", page.to_str().unwrap()];
     args.extend(FIXTURES);
     let (jsonl, _) = run(&args);
@@ -215,7 +214,6 @@ fn the_page_works_in_a_browser() {
         extra.extend(["--screenshot", s.as_str()]);
     }
     open_in_browser(&page, &expect, &extra);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -227,9 +225,9 @@ fn hostile_session_ids_stay_text_in_a_browser() {
     let har = har
         .replace("\"mix-a\"", &format!("\"{hostile}\""))
         .replace("\"mix-b\"", &format!("\"{hostile}&amp;\""));
-    let input = dir.join("hostile.har");
+    let input = dir.path().join("hostile.har");
     std::fs::write(&input, har).unwrap();
-    let page = dir.join("r.html");
+    let page = dir.path().join("r.html");
     let (jsonl, _) = run(&["--html", page.to_str().unwrap(), input.to_str().unwrap()]);
     let lines = lines(&jsonl);
     assert!(
@@ -244,7 +242,6 @@ fn hostile_session_ids_stay_text_in_a_browser() {
     expect["sessions"] = serde_json::json!(["<img"]);
     expect["har"] = serde_json::json!(true);
     open_in_browser(&page, &expect, &["--hostile"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -252,7 +249,7 @@ fn past_the_threshold_the_page_is_paged_in_a_browser() {
     use mcp_resume_audit::stages::{HtmlReport, PAGE_SESSIONS, PAGINATE_ABOVE, page_plan};
     use std::io::Write;
     let dir = out_dir("paged");
-    let page = dir.join("r.html");
+    let page = dir.path().join("r.html");
     let n = PAGINATE_ABOVE + PAGE_SESSIONS + 1;
     let mut h = HtmlReport::create(&page, &["many".to_string()]).unwrap();
     let mut sink = Vec::new();
@@ -286,5 +283,4 @@ fn past_the_threshold_the_page_is_paged_in_a_browser() {
         &expect,
         &["--pages", &pages, "--per_page", &per_page],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
