@@ -665,6 +665,92 @@ mod tests {
         }
     }
 
+    /// Runs of `entries` entries each (their lines from empty to several read-aheads long,
+    /// some keys with a text), written to a file as the spill writes them; with every entry,
+    /// in report order.
+    fn synthetic_runs(runs: usize, entries: usize) -> (File, Vec<Run>, Vec<(SortKey, Vec<u8>)>) {
+        let f = temp_file().unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut all, mut spans, mut at, mut seq) = (Vec::new(), Vec::new(), 0u64, 0u64);
+        for _ in 0..runs {
+            let mut run = Vec::new();
+            for _ in 0..entries {
+                seq += 1;
+                let r = next();
+                let len = match r % 5 {
+                    0 => 0,
+                    1 => (r >> 8) as usize % 100,
+                    2 => RUN_READ_AHEAD - 60 + (r >> 8) as usize % 120,
+                    3 => (r >> 8) as usize % (3 * RUN_READ_AHEAD),
+                    _ => (r >> 8) as usize % (3 * RUN_READ_AHEAD_MAX),
+                };
+                let key = SortKey {
+                    section: (r % 3) as u8,
+                    words: [r >> 50, 0, (r >> 20) % 4, 0],
+                    text: (r % 7 == 0).then(|| "t".repeat((r >> 30) as usize % 40).into()),
+                    seq,
+                };
+                let line: Vec<u8> = (0..len)
+                    .map(|i| b'a' + ((i as u64 + seq) % 26) as u8)
+                    .collect();
+                run.push((key, line));
+            }
+            run.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut bytes = Vec::new();
+            for (k, l) in &run {
+                write_entry(&mut bytes, k, l).unwrap();
+            }
+            f.write_all_at(&bytes, at).unwrap();
+            spans.push(Run {
+                from: at,
+                to: at + bytes.len() as u64,
+            });
+            at += bytes.len() as u64;
+            all.extend(run);
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        (f, spans, all)
+    }
+
+    #[test]
+    fn entries_of_any_length_are_merged_across_the_reads_they_span() {
+        for (runs, entries) in [(1, 30), (7, 12), (300, 2)] {
+            let (f, spans, all) = synthetic_runs(runs, entries);
+            let want: Vec<u8> = all.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+            let mut lines = Vec::new();
+            merge_runs(&f, &spans, &mut lines, false).unwrap();
+            assert!(lines == want, "{runs} runs");
+            // As whole entries, for a longer run: the same entries, read back as one run.
+            let mut whole = Vec::new();
+            merge_runs(&f, &spans, &mut whole, true).unwrap();
+            let end = f.metadata().unwrap().len();
+            f.write_all_at(&whole, end).unwrap();
+            let one = [Run {
+                from: end,
+                to: end + whole.len() as u64,
+            }];
+            let mut again = Vec::new();
+            merge_runs(&f, &one, &mut again, false).unwrap();
+            assert!(again == want, "{runs} runs, as one");
+        }
+    }
+
+    #[test]
+    fn a_run_cut_short_is_an_error() {
+        let (f, mut spans, _) = synthetic_runs(3, 5);
+        // The last run claims more bytes than the file has.
+        let last = spans.len() - 1;
+        spans[last].to += 100;
+        let mut out = Vec::new();
+        assert!(merge_runs(&f, &spans, &mut out, false).is_err());
+    }
+
     #[test]
     fn lines_come_out_in_report_order_from_memory_or_the_file_alike() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
