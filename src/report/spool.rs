@@ -665,10 +665,13 @@ mod tests {
         }
     }
 
+    /// An entry of a run: its key and its line.
+    type Entry = (SortKey, Vec<u8>);
+
     /// Runs of `entries` entries each (their lines from empty to several read-aheads long,
     /// some keys with a text), written to a file as the spill writes them; with every entry,
     /// in report order.
-    fn synthetic_runs(runs: usize, entries: usize) -> (File, Vec<Run>, Vec<(SortKey, Vec<u8>)>) {
+    fn synthetic_runs(runs: usize, entries: usize) -> (File, Vec<Run>, Vec<Entry>) {
         let f = temp_file().unwrap();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
