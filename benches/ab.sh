@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Two builds of the analyzer on the same captures, runs alternated (A, B, A, B, ...) so that a
 # shared machine's load falls on both alike. Prints a Markdown table per capture and thread
-# count: median user+system CPU of each build, the ratio B / A, and the largest peak RSS.
+# count: median wall time and user+system CPU of each build, the ratios B / A, and the largest
+# peak RSS. Times are read to the millisecond (bash's `time`): GNU time's hundredths were 3–5%
+# of a 0.2–0.3 s run, as large as the changes being compared.
 #
 #     benches/ab.sh OLD_BINARY NEW_BINARY CAPTURE...
 #
@@ -24,9 +26,11 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# Wall, user and system seconds of a timed command, to the millisecond.
+TIMEFORMAT='%3R %3U %3S'
 
-echo "| capture | threads | A CPU s | B CPU s | B / A | A RSS MiB | B RSS MiB | same report |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| capture | threads | A wall s | B wall s | B / A | A CPU s | B CPU s | B / A | A RSS MiB | B RSS MiB | same report |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for cap in "$@"; do
     for j in $JOBS; do
         : >"$TMP/a" && : >"$TMP/b"
@@ -38,26 +42,32 @@ for cap in "$@"; do
                 # drops much of a large capture from the page cache within seconds.
                 cat -- "$cap" >/dev/null
                 # Exit status 1 (findings) and 3 (traffic not read) are reports too.
+                # GNU time gives the peak RSS; the shell's `time` around it, the clocks.
                 status=0
-                /usr/bin/time -f "%U %S %M" -o "$TMP/t" "$bin" -q "-j$j" "${EXTRA[@]}" "$cap" \
-                    >"$TMP/$side.out" || status=$?
+                {
+                    time /usr/bin/time -f "%M" -o "$TMP/t" "$bin" -q "-j$j" "${EXTRA[@]}" \
+                        "$cap" >"$TMP/$side.out" 2>"$TMP/$side.err"
+                } 2>"$TMP/clock" || status=$?
                 if [[ $status != 0 && $status != 1 && $status != 3 ]]; then
                     echo "$bin failed on $cap (exit status $status)" >&2
+                    cat "$TMP/$side.err" >&2
                     exit 1
                 fi
-                grep -v '^Command exited' "$TMP/t" >"$TMP/t2" || true
-                mv "$TMP/t2" "$TMP/t"
-                read -r u s m <"$TMP/t"
-                echo "$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}') $m" >>"$TMP/$side"
+                m=$(grep -v '^Command exited' "$TMP/t" | tail -1)
+                read -r w u s <"$TMP/clock"
+                echo "$w $(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}') $m" >>"$TMP/$side"
             done
         done
         same=yes
         cmp -s "$TMP/a.out" "$TMP/b.out" || same=NO
-        ca=$(cut -d' ' -f1 "$TMP/a" | median)
-        cb=$(cut -d' ' -f1 "$TMP/b" | median)
-        ra=$(cut -d' ' -f2 "$TMP/a" | sort -n | tail -1)
-        rb=$(cut -d' ' -f2 "$TMP/b" | sort -n | tail -1)
-        ratio=$(awk -v a="$ca" -v b="$cb" 'BEGIN {printf "%.2f", b / a}')
-        echo "| $(basename "$cap") | -j$j | $ca | $cb | $ratio | $((ra / 1024)) | $((rb / 1024)) | $same |"
+        wa=$(cut -d' ' -f1 "$TMP/a" | median)
+        wb=$(cut -d' ' -f1 "$TMP/b" | median)
+        ca=$(cut -d' ' -f2 "$TMP/a" | median)
+        cb=$(cut -d' ' -f2 "$TMP/b" | median)
+        ra=$(cut -d' ' -f3 "$TMP/a" | sort -n | tail -1)
+        rb=$(cut -d' ' -f3 "$TMP/b" | sort -n | tail -1)
+        wratio=$(awk -v a="$wa" -v b="$wb" 'BEGIN {printf "%.3f", b / a}')
+        cratio=$(awk -v a="$ca" -v b="$cb" 'BEGIN {printf "%.3f", b / a}')
+        echo "| $(basename "$cap") | -j$j | $wa | $wb | $wratio | $ca | $cb | $cratio | $((ra / 1024)) | $((rb / 1024)) | $same |"
     done
 done
