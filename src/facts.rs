@@ -112,7 +112,7 @@ impl FactSink for Reducer<'_> {
     fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
         let (resumes, out) = audit::analyze(resumes, xs, &self.opts);
         for r in resumes {
-            self.sink.resume(r);
+            self.sink.resume(Box::new(r));
         }
         for f in out.findings {
             self.sink.finding(f);

@@ -675,8 +675,9 @@ impl CrossIndex {
 /// Where the stage's results go, each once its session is audited (on a thread of its own
 /// when a capture is read by several).
 pub trait Sink: Send {
-    /// A resume, with its forensics filled in.
-    fn resume(&mut self, r: ResumeRecord);
+    /// A resume, with its forensics filled in. Boxed as the stage held it: a record is about
+    /// a kilobyte, and most sinks only read it.
+    fn resume(&mut self, r: Box<ResumeRecord>);
     /// A finding tied to no resume.
     fn finding(&mut self, f: Finding);
     /// A session view (only with [`Options::views`]).
@@ -904,7 +905,7 @@ impl Stage {
         let Some(x) = summary.filter(|x| x.session_id.is_some()) else {
             // Nothing to audit it against: it stands on its own stream.
             if let Some(r) = resume {
-                sink.resume(*r);
+                sink.resume(r);
             }
             if let Some(s) = &ended_in {
                 self.retire_if_over(s, sink);
@@ -998,7 +999,7 @@ impl Stage {
             &mut self.hops,
         );
         for r in l.resumes {
-            sink.resume(*r);
+            sink.resume(r);
         }
         for f in findings {
             sink.finding(f);
@@ -1117,7 +1118,7 @@ pub fn analyze(
     let mut rest: Vec<ResumeRecord> = by_key.into_values().chain(loose).collect();
     rest.sort_by_key(resume_order);
     for r in rest {
-        sink.resume(r);
+        sink.resume(Box::new(r));
     }
     stage.finish(&mut sink);
     sink.sort();
@@ -1146,8 +1147,8 @@ impl Collected {
 }
 
 impl Sink for Collected {
-    fn resume(&mut self, r: ResumeRecord) {
-        self.resumes.push(r);
+    fn resume(&mut self, r: Box<ResumeRecord>) {
+        self.resumes.push(*r);
     }
     fn finding(&mut self, f: Finding) {
         self.findings.push(f);
@@ -3202,7 +3203,7 @@ data: "
         #[derive(Default)]
         struct Order(Vec<String>);
         impl Sink for Order {
-            fn resume(&mut self, r: ResumeRecord) {
+            fn resume(&mut self, r: Box<ResumeRecord>) {
                 let cursor = r.forensic.cursor.map(|c| c.status);
                 self.0.push(format!(
                     "{}@{}:{cursor:?}",

@@ -999,7 +999,7 @@ fn session_key(sid: Option<&str>) -> Option<u64> {
 }
 
 impl HumanNotes {
-    pub fn resume(&mut self, r: ResumeRecord) {
+    pub fn resume(&mut self, r: Box<ResumeRecord>) {
         let notable = notable_resume(&r);
         let e = self
             .sessions
@@ -1008,7 +1008,7 @@ impl HumanNotes {
         e.0 += 1;
         e.1 |= notable;
         if notable {
-            self.resumes.push(r);
+            self.resumes.push(*r);
         }
     }
 

@@ -497,7 +497,7 @@ fn merge_runs<W: Write + ?Sized>(
 }
 
 impl audit::Sink for Spool {
-    fn resume(&mut self, r: ResumeRecord) {
+    fn resume(&mut self, r: Box<ResumeRecord>) {
         self.summary.count_verdict(r.decision.verdict);
         self.findings |= r.decision.verdict.is_finding();
         for f in &r.forensic.findings {
@@ -613,7 +613,7 @@ mod tests {
             s.finding(f);
         }
         for r in rs {
-            s.resume(r);
+            s.resume(Box::new(r));
         }
         s
     }
@@ -633,7 +633,7 @@ mod tests {
                     rs.reverse();
                 }
                 for r in rs {
-                    s.resume(r);
+                    s.resume(Box::new(r));
                 }
             }
         };
