@@ -1186,6 +1186,10 @@ pub fn sort_views(views: &mut [SessionView]) {
     views.sort_by(|a, b| (a.first.frame, &a.session_id).cmp(&(b.first.frame, &b.session_id)));
 }
 
+/// Records of a session brought into the cache before its audit: summaries, resumes and
+/// stream facts of this many exchanges are some 150 KB, what a core keeps near.
+const PREFETCH_RECORDS: usize = 96;
+
 /// Audits one session's exchanges against each other: fills in its resumes' forensics, and
 /// gives its findings tied to no resume and, on request, its view.
 #[allow(clippy::vec_box)]
@@ -1200,6 +1204,15 @@ fn audit_session(
     unread: bool,
     known: &mut hops::HopMap,
 ) -> (Vec<Finding>, Option<SessionView>) {
+    // The session's records were made long ago on other threads and are cold: asked for at
+    // once, their misses overlap instead of each waiting for the one before. A session's
+    // first ones only: a larger session's would not stay in the cache until their turn.
+    for x in xs.iter().take(PREFETCH_RECORDS) {
+        crate::cache::prefetch(&**x);
+    }
+    for r in resumes.iter().take(PREFETCH_RECORDS) {
+        crate::cache::prefetch(&**r);
+    }
     let capture_order = |x: &ExchangeSummary| {
         let m = x.start();
         (
@@ -1216,6 +1229,14 @@ fn audit_session(
     }
     if !resumes.is_sorted_by_key(|r| resume_order(r)) {
         resumes.sort_by_key(|r| resume_order(r));
+    }
+    // The summaries are in the cache now; the stream facts they point to are next.
+    for s in xs
+        .iter()
+        .take(PREFETCH_RECORDS)
+        .filter_map(|x| x.stream_facts.as_deref())
+    {
+        crate::cache::prefetch(s);
     }
     let resume_of: HashMap<JoinKey, usize, rustc_hash::FxBuildHasher> = resumes
         .iter()
