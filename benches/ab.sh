@@ -12,6 +12,7 @@
 # Both builds must write the same report: the script compares their outputs once per row and
 # says so when they differ.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 if [[ $# -lt 3 ]]; then
     echo "usage: $0 OLD_BINARY NEW_BINARY CAPTURE..." >&2
@@ -22,12 +23,8 @@ shift 2
 RUNS=${RUNS:-5}
 JOBS=${JOBS:-"1 2"}
 read -r -a EXTRA <<<"${ARGS:-}"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-
-median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# Wall, user and system seconds of a timed command, to the millisecond.
-TIMEFORMAT='%3R %3U %3S'
+# shellcheck source=benches/timing.sh
+source "$HERE/timing.sh"
 
 echo "| capture | threads | A wall s | B wall s | B / A | A CPU s | B CPU s | B / A | A RSS MiB | B RSS MiB | same report |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"

@@ -11,6 +11,7 @@
 # (default 256MiB), OPEN (sessions open at once, default "16 64 256 1024"), RUNS (runs per
 # measurement, default 5; -j1 and -j2 alternated).
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-benches/out}
@@ -23,12 +24,8 @@ mkdir -p "$OUT"
 cargo build --release --quiet --bin mcp-resume-audit --example gen-capture
 BIN=target/release/mcp-resume-audit
 GEN=target/release/examples/gen-capture
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-
-median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# Wall, user and system seconds of a timed command, to the millisecond.
-TIMEFORMAT='%3R %3U %3S'
+# shellcheck source=benches/timing.sh
+source "$HERE/timing.sh"
 
 echo "| sessions open | frames | -j1 wall s | -j1 CPU s | -j2 wall s | -j2 CPU s | -j2 GB/s | -j2 / fewest |"
 echo "|---|---|---|---|---|---|---|---|"
