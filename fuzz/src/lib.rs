@@ -591,7 +591,7 @@ pub fn pipeline(data: &[u8]) {
         spool.finding(f.clone());
     }
     for r in &report.resumes {
-        spool.resume(r.clone());
+        spool.resume(Box::new(r.clone()));
     }
     let mut spooled = Vec::new();
     spool.write_to(&mut spooled).expect("writing to memory");
