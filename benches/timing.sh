@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bench scripts: a scratch directory removed on exit, medians, and bash's
 # `time` set to print wall, user and system seconds to the millisecond.
 TMP=$(mktemp -d)
