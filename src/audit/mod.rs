@@ -1187,7 +1187,7 @@ pub fn sort_views(views: &mut [SessionView]) {
 }
 
 /// Records of a session brought into the cache before its audit: summaries, resumes and
-/// stream facts of this many exchanges are some 150 KB, what a core keeps near.
+/// stream facts of this many exchanges are about 170 KB, well within what a core keeps near.
 const PREFETCH_RECORDS: usize = 96;
 
 /// Audits one session's exchanges against each other: fills in its resumes' forensics, and
