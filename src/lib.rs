@@ -35,6 +35,8 @@ mod input;
 mod net;
 mod record;
 mod report;
+#[cfg(test)]
+mod testing;
 
 pub use audit::idshape::IdPattern;
 pub use audit::verdict::Verdict;

@@ -422,12 +422,7 @@ mod tests {
             out
         };
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = move || crate::testing::xorshift(&mut seed);
         let mut fast_paths = 0;
         for base in [&v4, &v6] {
             for _ in 0..20_000 {

@@ -329,18 +329,12 @@ pub fn endpoint(out: &mut Vec<u8>, e: Endpoint) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::xorshift;
 
     fn text(f: impl FnOnce(&mut Vec<u8>)) -> String {
         let mut out = Vec::new();
         f(&mut out);
         String::from_utf8(out).unwrap()
-    }
-
-    fn xorshift(x: &mut u64) -> u64 {
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
     }
 
     #[test]

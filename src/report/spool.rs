@@ -674,12 +674,7 @@ mod tests {
     fn synthetic_runs(runs: usize, entries: usize) -> (File, Vec<Run>, Vec<Entry>) {
         let f = temp_file().unwrap();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = move || crate::testing::xorshift(&mut rng);
         let (mut all, mut spans, mut at, mut seq) = (Vec::new(), Vec::new(), 0u64, 0u64);
         for _ in 0..runs {
             let mut run = Vec::new();

@@ -1398,6 +1398,7 @@ mod tests {
         RFC8448_CLIENT_HS_SECRET, RFC8448_SERVER_AP_SECRET, RFC8448_SERVER_HS_SECRET, hex,
     };
     use crate::app::tls::handshake::build;
+    use crate::testing::xorshift;
 
     use Direction::{Forward, Reverse};
 
@@ -1440,13 +1441,6 @@ mod tests {
         Whole,
         ByteByByte,
         Random(u64),
-    }
-
-    fn xorshift(seed: &mut u64) -> u64 {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        *seed
     }
 
     /// Runs the steps through one connection; frame numbers are step indexes + 1.
