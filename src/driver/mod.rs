@@ -1278,20 +1278,20 @@ struct Threaded {
 }
 
 impl Threaded {
+    /// The shard of a connection: its number modulo the shards, by a mask when their count is
+    /// a power of two (`-j2`, `-j4`), which spares the reader a division at every packet.
     fn shard_of(&self, stream: u64) -> usize {
-        (stream % self.senders.len() as u64) as usize
+        let n = self.senders.len() as u64;
+        if n.is_power_of_two() {
+            (stream & (n - 1)) as usize
+        } else {
+            (stream % n) as usize
+        }
     }
 
-    fn push(&mut self, shard: usize, msg: ShardMsg, payload: &[u8]) {
+    /// Queues a message without payload for `shard`.
+    fn push(&mut self, shard: usize, msg: ShardMsg) {
         let b = &mut self.pending[shard];
-        let msg = match msg {
-            ShardMsg::Packet(m, _, _) => {
-                let from = b.bytes.len();
-                b.bytes.extend_from_slice(payload);
-                ShardMsg::Packet(m, from, b.bytes.len())
-            }
-            end => end,
-        };
         b.msgs.push(msg);
         if b.bytes.len() >= BATCH_BYTES || b.msgs.len() >= BATCH_MSGS {
             self.flush(shard);
@@ -1310,7 +1310,13 @@ impl Threaded {
 impl Dispatch for Threaded {
     fn packet(&mut self, m: FlowPacket, payload: &[u8]) {
         let s = self.shard_of(m.stream);
-        self.push(s, ShardMsg::Packet(m, 0, 0), payload);
+        let b = &mut self.pending[s];
+        let from = b.bytes.len();
+        b.bytes.extend_from_slice(payload);
+        b.msgs.push(ShardMsg::Packet(m, from, b.bytes.len()));
+        if b.bytes.len() >= BATCH_BYTES || b.msgs.len() >= BATCH_MSGS {
+            self.flush(s);
+        }
     }
     fn control(&mut self, msg: ShardMsg) {
         let stream = match msg {
@@ -1318,13 +1324,13 @@ impl Dispatch for Threaded {
             ShardMsg::End(s, ..) | ShardMsg::Open(s, ..) => s,
             ShardMsg::Keys(_) => {
                 for s in 0..self.senders.len() {
-                    self.push(s, msg.clone(), &[]);
+                    self.push(s, msg.clone());
                 }
                 return;
             }
         };
         let s = self.shard_of(stream);
-        self.push(s, msg, &[]);
+        self.push(s, msg);
     }
     fn frame_done(&mut self, frame: u64) {
         self.done = frame;
