@@ -1278,15 +1278,8 @@ struct Threaded {
 }
 
 impl Threaded {
-    /// The shard of a connection: its number modulo the shards, by a mask when their count is
-    /// a power of two (`-j2`, `-j4`), which spares the reader a division at every packet.
     fn shard_of(&self, stream: u64) -> usize {
-        let n = self.senders.len() as u64;
-        if n.is_power_of_two() {
-            (stream & (n - 1)) as usize
-        } else {
-            (stream % n) as usize
-        }
+        shard_of(stream, self.senders.len())
     }
 
     /// Queues a message without payload for `shard`.
@@ -1339,6 +1332,18 @@ impl Dispatch for Threaded {
                 self.flush(s);
             }
         }
+    }
+}
+
+/// The shard of connection `stream` among `shards` (at least one): its number modulo their
+/// count, by a mask when the count is a power of two (`-j2`, `-j4`), which spares the reader a
+/// division at every packet.
+fn shard_of(stream: u64, shards: usize) -> usize {
+    let n = shards as u64;
+    if n.is_power_of_two() {
+        (stream & (n - 1)) as usize
+    } else {
+        (stream % n) as usize
     }
 }
 
@@ -2063,6 +2068,19 @@ mod tests {
     fn a_connections_state_fits_its_size_class() {
         let size = std::mem::size_of::<Conn>();
         assert!(size <= 1024, "{size} bytes");
+    }
+
+    #[test]
+    fn a_connections_shard_is_its_number_modulo_the_shards() {
+        for shards in 1..=6 {
+            for stream in (0..100u64).chain([u64::MAX - 1, u64::MAX]) {
+                assert_eq!(
+                    shard_of(stream, shards),
+                    (stream % shards as u64) as usize,
+                    "{stream} among {shards}"
+                );
+            }
+        }
     }
 
     #[test]
