@@ -374,6 +374,22 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_to_escape_is_found_at_every_place_and_length() {
+        let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+        for len in 0..=41 {
+            let mut bytes = vec![b'x'; len];
+            assert!(!any_escape(&bytes), "plain, {len} bytes");
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    bytes[at] = b;
+                    assert_eq!(any_escape(&bytes), needs(b), "{b:#04x} at {at} of {len}");
+                }
+                bytes[at] = b'x';
+            }
+        }
+    }
+
+    #[test]
     fn integers_are_their_decimal_digits() {
         let mut x = 0x9e37_79b9_7f4a_7c15;
         let mut ns = vec![0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1, 1 << 40];
