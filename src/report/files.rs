@@ -83,7 +83,7 @@ pub fn detail_text(detail: &str) -> std::borrow::Cow<'_, str> {
         return detail.into();
     }
     let re = FRAMES.get_or_init(|| {
-        regex::Regex::new(r"\bframes? (\d+)(?: and (\d+))?").expect("a valid pattern")
+        regex::Regex::new(r"(?-u:\b)frames? ([0-9]+)(?: and ([0-9]+))?").expect("a valid pattern")
     });
     re.replace_all(detail, |c: &regex::Captures<'_>| {
         let one = |m: Option<regex::Match<'_>>| {
