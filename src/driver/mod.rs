@@ -415,11 +415,16 @@ fn map_reader<R: Read>(
             analyze_capture(&mut std::iter::once(one), opts, &mut report, sink)
         }
         Some(InputKind::Json) => {
-            let exchanges = har::read_har(name, chained, &opts.limits);
+            let exchanges = har::read_har(name, chained, &opts.limits, opts.threads);
             har_session_stage(&mut report, exchanges, sink);
         }
         Some(InputKind::Zlib) => {
-            let exchanges = har::read_har(name, har::ZlibInput::new(chained), &opts.limits);
+            let exchanges = har::read_har(
+                name,
+                har::ZlibInput::new(chained),
+                &opts.limits,
+                opts.threads,
+            );
             har_session_stage(&mut report, exchanges, sink);
         }
         None => report.error(format!(

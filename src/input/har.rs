@@ -16,10 +16,15 @@
 //!   its body text unescaped by serde_json (one copy, no larger than the text), base64-decoded
 //!   by the `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
 //!   Memory is about twice the largest entry plus constant buffers, whatever the number of
-//!   entries.
-//! - Order: the tracker keeps no state from one exchange to the next, so entries are processed
-//!   in file order and only the small records are sorted afterwards (by the driver, by
-//!   `startedDateTime` then entry index). No second pass, no body kept for sorting.
+//!   entries. With entry threads (`-j2` and more on one HAR), one thread reads entries while
+//!   the others analyze them, small ones handed over in batches: up to [`IN_FLIGHT_BYTES`] of
+//!   entries wait or are analyzed at once (an entry larger than that alone), so memory is then
+//!   about that, or three times the largest entry (one read while one is analyzed), plus
+//!   constant buffers.
+//! - Order: the tracker keeps no state from one exchange to the next, so entries can be
+//!   analyzed on any thread; what each gives is put back in file order, and only the small
+//!   records are sorted afterwards (by the driver, by `startedDateTime` then entry index). No
+//!   second pass, no body kept for sorting.
 //! - A HAR cannot prove that a server sent nothing: an event stream whose body is absent,
 //!   empty, or marked as cut short ends as `capture_incomplete` with a reason that says why,
 //!   unless the entry itself proves the body whole (a `Content-Length` equal to what was
@@ -182,9 +187,11 @@ pub struct HarExchanges {
 }
 
 /// Reads one HAR document; `name` is how messages cite the input, and its directory is where
-/// `content._file` bodies are looked for.
-pub fn read_har<R: Read>(name: &str, src: R, limits: &Limits) -> HarExchanges {
-    read_har_bounded(name, src, limits, MAX_ENTRY_BYTES)
+/// `content._file` bodies are looked for. With `threads` of 2 or more, its entries are analyzed
+/// on that many threads beside the one that reads the document; what it gives does not depend
+/// on `threads`.
+pub fn read_har<R: Read>(name: &str, src: R, limits: &Limits, threads: usize) -> HarExchanges {
+    read_har_bounded(name, src, limits, MAX_ENTRY_BYTES, threads)
 }
 
 /// [`read_har`] with the largest accepted entry given.
@@ -193,6 +200,7 @@ pub fn read_har_bounded<R: Read>(
     src: R,
     limits: &Limits,
     max_entry_bytes: usize,
+    threads: usize,
 ) -> HarExchanges {
     let mut scan = Scanner::new(src);
     let mut out = HarExchanges::default();
@@ -205,7 +213,8 @@ pub fn read_har_bounded<R: Read>(
         limits,
         report: &mut out,
     };
-    let walked = walk(&mut scan, &mut run, max_entry_bytes);
+    let threads = threads.max(1);
+    let walked = walk(&mut scan, &mut run, max_entry_bytes, threads);
     if let Err(e) = walked {
         let text = match e.entry {
             Some(i) => format!(
@@ -228,7 +237,12 @@ struct ScanError {
 }
 
 /// Walks the document: `log.entries[]` entries go to `run`, everything else is skipped.
-fn walk<R: Read>(scan: &mut Scanner<R>, run: &mut HarRun<'_>, cap: usize) -> Result<(), ScanError> {
+fn walk<R: Read>(
+    scan: &mut Scanner<R>,
+    run: &mut HarRun<'_>,
+    cap: usize,
+    threads: usize,
+) -> Result<(), ScanError> {
     scan.skip_bom()?;
     if scan.skip_ws()? != Some(b'{') {
         return Err(scan.err("not a HAR file: the document is not a JSON object"));
@@ -251,7 +265,11 @@ fn walk<R: Read>(scan: &mut Scanner<R>, run: &mut HarRun<'_>, cap: usize) -> Res
             if scan.skip_ws()? != Some(b'[') {
                 return Err(scan.err("not a HAR file: \"log.entries\" is not an array"));
             }
-            entries(scan, run, cap)
+            if threads < 2 {
+                entries(scan, run, cap)
+            } else {
+                entries_on_threads(scan, run, cap, threads)
+            }
         })
     })?;
     if !log_seen {
@@ -273,11 +291,28 @@ fn walk<R: Read>(scan: &mut Scanner<R>, run: &mut HarRun<'_>, cap: usize) -> Res
     Ok(())
 }
 
-/// Reads the elements of `log.entries` one at a time.
+/// Reads the elements of `log.entries` one at a time, each analyzed here.
 fn entries<R: Read>(
     scan: &mut Scanner<R>,
     run: &mut HarRun<'_>,
     cap: usize,
+) -> Result<(), ScanError> {
+    each_entry(scan, cap, &mut |index, entry| match entry {
+        Ok(raw) => run.entry(index, raw),
+        Err(what) => run.entry_error(index, what),
+    })
+}
+
+/// What is done with each entry of `log.entries`: its raw JSON, or why it is skipped.
+type OnEntry<'f> = dyn FnMut(u64, Result<&mut Vec<u8>, String>) + 'f;
+
+/// Scans the elements of `log.entries` (the scanner is at its `[`): each entry's raw JSON, or
+/// why it is skipped, goes to `on` with the entry's index, in order. `on` may take the buffer
+/// (leaving another in its place).
+fn each_entry<R: Read>(
+    scan: &mut Scanner<R>,
+    cap: usize,
+    on: &mut OnEntry<'_>,
 ) -> Result<(), ScanError> {
     scan.bump();
     if scan.skip_ws()? == Some(b']') {
@@ -296,16 +331,16 @@ fn entries<R: Read>(
                 buf.clear();
                 let fit = scan.scan_value(Some(&mut buf), cap).map_err(in_entry)?;
                 if fit {
-                    run.entry(index, &buf);
+                    on(index, Ok(&mut buf));
                 } else {
                     // Give the memory back: the next entries are usually small.
                     buf = Vec::new();
-                    run.entry_error(index, format!("larger than {cap} bytes; skipped"));
+                    on(index, Err(format!("larger than {cap} bytes; skipped")));
                 }
             }
             Some(_) => {
                 scan.scan_value(None, 0).map_err(in_entry)?;
-                run.entry_error(index, "not a JSON object".to_string());
+                on(index, Err("not a JSON object".to_string()));
             }
             None => return Err(in_entry(scan.err("the file ends inside log.entries"))),
         }
@@ -320,6 +355,226 @@ fn entries<R: Read>(
         }
         index += 1;
     }
+}
+
+/// Bytes of entries waiting for or being analyzed on the entry threads at once: past it, the
+/// reading thread waits. An entry larger than this is analyzed alone.
+const IN_FLIGHT_BYTES: usize = 4 << 20;
+/// Entries smaller than this are handed over together, in batches of about this many bytes
+/// (or [`BATCH_ENTRIES`]): one hand-over per entry would cost more than a small entry.
+const BATCH_BYTES: usize = 64 << 10;
+const BATCH_ENTRIES: usize = 64;
+
+/// Entries handed to an entry thread at once: their raw JSON one after the other.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Each entry's index and where its JSON is in `bytes`.
+    entries: Vec<(u64, std::ops::Range<usize>)>,
+}
+
+/// The bytes of entries handed to the entry threads and not yet analyzed.
+#[derive(Default)]
+struct InFlight {
+    state: std::sync::Mutex<InFlightState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct InFlightState {
+    bytes: usize,
+    /// The reading thread waits for room.
+    waiting: bool,
+    /// An entry thread stopped (panicked): nothing more is handed over.
+    stopped: bool,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InFlightState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits until `n` more bytes fit (always when none are in flight) and counts them; false
+    /// when an entry thread has stopped.
+    fn take(&self, n: usize) -> bool {
+        let mut s = self.lock();
+        while !s.stopped && s.bytes > 0 && s.bytes.saturating_add(n) > IN_FLIGHT_BYTES {
+            s.waiting = true;
+            s = self
+                .changed
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        s.waiting = false;
+        if s.stopped {
+            return false;
+        }
+        s.bytes += n;
+        true
+    }
+
+    fn give(&self, n: usize) {
+        let mut s = self.lock();
+        s.bytes -= n;
+        // Waking costs a system call: only when the reading thread waits.
+        if s.waiting {
+            self.changed.notify_all();
+        }
+    }
+
+    fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Tells the reading thread that an entry thread stopped, when it unwinds.
+struct StopOnUnwind<'a>(&'a InFlight);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop();
+        }
+    }
+}
+
+/// How many records and messages one entry added to an entry thread's lists.
+struct EntrySpan {
+    index: u64,
+    resumes: usize,
+    summaries: usize,
+    messages: usize,
+}
+
+/// [`entries`] with the entries analyzed on `threads` threads while this one reads on:
+/// entries do not depend on one another, so only the order of what they give must be kept,
+/// and it is, entry by entry, as [`entries`] gives it.
+fn entries_on_threads<R: Read>(
+    scan: &mut Scanner<R>,
+    run: &mut HarRun<'_>,
+    cap: usize,
+    threads: usize,
+) -> Result<(), ScanError> {
+    let in_flight = InFlight::default();
+    let (to_threads, queue) = std::sync::mpsc::channel::<Batch>();
+    let queue = std::sync::Mutex::new(queue);
+    let (give_back, given_back) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut skipped: Vec<(u64, String)> = Vec::new();
+    let (name, dir, limits) = (run.name, run.dir.clone(), run.limits);
+    let (scanned, parts) = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let (queue, in_flight, give_back) = (&queue, &in_flight, give_back.clone());
+            let dir = &dir;
+            let work = move || {
+                let _stop = StopOnUnwind(in_flight);
+                let mut out = HarExchanges::default();
+                let mut spans = Vec::new();
+                let mut worker = HarRun {
+                    name,
+                    dir: dir.clone(),
+                    limits,
+                    report: &mut out,
+                };
+                loop {
+                    // The lock is held only to take the next batch.
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .recv();
+                    let Ok(batch) = next else {
+                        break;
+                    };
+                    for (index, at) in &batch.entries {
+                        let before = worker.lens();
+                        worker.entry(*index, &batch.bytes[at.clone()]);
+                        let after = worker.lens();
+                        spans.push(EntrySpan {
+                            index: *index,
+                            resumes: after.0 - before.0,
+                            summaries: after.1 - before.1,
+                            messages: after.2 - before.2,
+                        });
+                    }
+                    let mut bytes = batch.bytes;
+                    in_flight.give(bytes.len().max(1));
+                    // The reading thread reuses the buffer, empty; it may have finished already.
+                    bytes.clear();
+                    let _ = give_back.send(bytes);
+                }
+                (out, spans)
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("har entries {i}"))
+                .spawn_scoped(s, work);
+            match spawned {
+                Ok(h) => handles.push(h),
+                // No more threads to be had: the ones started do the work.
+                Err(_) => break,
+            }
+        }
+        drop(give_back);
+        let threads_started = !handles.is_empty();
+        let mut batch = Batch::default();
+        let send = |batch: Batch| {
+            // An empty batch still counts a byte, as the thread gives back.
+            let n = batch.bytes.len().max(1);
+            if in_flight.take(n) && to_threads.send(batch).is_err() {
+                in_flight.give(n);
+            }
+        };
+        // A buffer back from the threads, or one of `want` bytes: a buffer grown from nothing
+        // by doubling costs copies and fresh pages.
+        let spare = |want: usize| {
+            given_back
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(want))
+        };
+        let scanned = each_entry(scan, cap, &mut |index, entry| match entry {
+            Ok(raw) if threads_started => {
+                if raw.len() >= BATCH_BYTES {
+                    // A large entry goes alone, in its own buffer (no copy), after the batch
+                    // of the entries before it: each thread must take its entries in order.
+                    if !batch.entries.is_empty() {
+                        send(std::mem::take(&mut batch));
+                    }
+                    let raw = std::mem::replace(raw, spare(raw.len()));
+                    let len = raw.len();
+                    send(Batch {
+                        bytes: raw,
+                        entries: vec![(index, 0..len)],
+                    });
+                    return;
+                }
+                if batch.entries.is_empty() && batch.bytes.capacity() == 0 {
+                    batch.bytes = spare(2 * BATCH_BYTES);
+                }
+                let at = batch.bytes.len();
+                batch.bytes.extend_from_slice(raw);
+                batch.entries.push((index, at..batch.bytes.len()));
+                if batch.bytes.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES {
+                    send(std::mem::take(&mut batch));
+                }
+            }
+            Ok(raw) => run.entry(index, raw),
+            Err(what) if threads_started => skipped.push((index, what)),
+            Err(what) => run.entry_error(index, what),
+        });
+        if !batch.entries.is_empty() {
+            send(batch);
+        }
+        drop(to_threads);
+        let parts: Vec<(HarExchanges, Vec<EntrySpan>)> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (scanned, parts)
+    });
+    run.merge(parts, skipped);
+    scanned
 }
 
 /// A pull scanner over JSON text: finds the extent of values without building them.
@@ -763,6 +1018,69 @@ impl HarRun<'_> {
             return Err(format!("{what} is longer than {max} bytes"));
         }
         Ok(value.to_string())
+    }
+
+    /// How many resumes, summaries and messages the report holds.
+    fn lens(&self) -> (usize, usize, usize) {
+        (
+            self.report.resumes.len(),
+            self.report.summaries.len(),
+            self.report.messages.len(),
+        )
+    }
+
+    /// Adds what the entry threads gave (`parts`, each thread's lists with what each of its
+    /// entries added) and the entries skipped while reading, in entry order.
+    fn merge(&mut self, parts: Vec<(HarExchanges, Vec<EntrySpan>)>, skipped: Vec<(u64, String)>) {
+        struct Part {
+            resumes: std::vec::IntoIter<ResumeRecord>,
+            summaries: std::vec::IntoIter<ExchangeSummary>,
+            messages: std::vec::IntoIter<(bool, String)>,
+            spans: std::iter::Peekable<std::vec::IntoIter<EntrySpan>>,
+        }
+        let mut rest = Vec::with_capacity(parts.len());
+        for (out, spans) in parts {
+            self.report.http_exchanges += out.http_exchanges;
+            self.report.sessions.extend(out.sessions.iter());
+            rest.push(Part {
+                resumes: out.resumes.into_iter(),
+                summaries: out.summaries.into_iter(),
+                messages: out.messages.into_iter(),
+                spans: spans.into_iter().peekable(),
+            });
+        }
+        let mut skipped = skipped.into_iter().peekable();
+        loop {
+            // Each thread took its entries in order, so the next entry is at the head of one
+            // thread's list, or the next skipped one.
+            let next = rest
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, p)| p.spans.peek().map(|s| (s.index, i)))
+                .min();
+            match (next, skipped.peek()) {
+                (Some((index, _)), Some((at, _))) if *at < index => {}
+                (None, None) => return,
+                (None, Some(_)) => {}
+                (Some((_, i)), _) => {
+                    let p = &mut rest[i];
+                    let Some(span) = p.spans.next() else { continue };
+                    self.report
+                        .resumes
+                        .extend(p.resumes.by_ref().take(span.resumes));
+                    self.report
+                        .summaries
+                        .extend(p.summaries.by_ref().take(span.summaries));
+                    self.report
+                        .messages
+                        .extend(p.messages.by_ref().take(span.messages));
+                    continue;
+                }
+            }
+            if let Some((index, what)) = skipped.next() {
+                self.entry_error(index, what);
+            }
+        }
     }
 
     fn entry(&mut self, index: u64, raw: &[u8]) {
@@ -1316,6 +1634,136 @@ mod tests {
         whole
     }
 
+    fn threads(n: usize) -> Options {
+        Options {
+            threads: n,
+            ..Options::default()
+        }
+    }
+
+    /// `read_har_bounded`'s answer in a comparable form (the session set by its members).
+    fn exchanges(data: &[u8], cap: usize, threads: usize) -> String {
+        let r = read_har_bounded("t.har", data, &Limits::default(), cap, threads);
+        let sessions: Vec<u64> = r.sessions.iter().collect();
+        format!(
+            "{:?}\n{:?}\n{:?}\n{}\n{sessions:?}",
+            r.resumes, r.summaries, r.messages, r.http_exchanges
+        )
+    }
+
+    /// A HAR of `n` entries of every kind the entry threads meet: small ones handed over in
+    /// batches, large ones alone, ones that are not objects or not entries, one naming a body
+    /// file that is not there.
+    fn assorted_har(n: usize) -> Vec<u8> {
+        let mut rng = Rng(0xA5A5_1234_5678_9ABC);
+        let mut doc = String::from("{\"log\":{\"version\":\"1.2\",\"entries\":[");
+        for i in 0..n {
+            if i > 0 {
+                doc.push(',');
+            }
+            match rng.next() % 16 {
+                0 => doc.push_str("[1,2]"),
+                1 => doc.push_str("{\"startedDateTime\":5}"),
+                2 => doc.push_str(
+                    "{\"startedDateTime\":\"2026-11-09T10:00:00Z\",\"request\":{\"method\":\"GET\",\
+                     \"url\":\"/mcp\",\"headers\":[]},\"response\":{\"status\":200,\"headers\":[],\
+                     \"content\":{\"mimeType\":\"text/event-stream\",\"_file\":\"gone.txt\"}}}",
+                ),
+                k => {
+                    // Bodies from a few bytes to past the batch size.
+                    let events = match k {
+                        3 => 800 + (rng.next() % 400) as usize,
+                        _ => (rng.next() % 40) as usize,
+                    };
+                    let first = rng.next() % 3;
+                    let mut body = String::new();
+                    for e in 0..events {
+                        body.push_str(&format!(
+                            "id: {}\\ndata: {{\\\"n\\\":{e},\\\"pad\\\":\\\"{}\\\"}}\\n\\n",
+                            first + e as u64 + 1,
+                            "x".repeat(60)
+                        ));
+                    }
+                    let resume = if i % 3 == 0 {
+                        ",{\"name\":\"Last-Event-ID\",\"value\":\"1\"}"
+                    } else {
+                        ""
+                    };
+                    doc.push_str(&format!(
+                        "{{\"startedDateTime\":\"2026-11-09T10:{:02}:{:02}.000Z\",\
+                         \"request\":{{\"method\":\"GET\",\"url\":\"http://h/mcp\",\"headers\":\
+                         [{{\"name\":\"Mcp-Session-Id\",\"value\":\"s{}\"}}{resume}]}},\
+                         \"response\":{{\"status\":200,\"headers\":[{{\"name\":\"Content-Length\",\
+                         \"value\":\"{}\"}}],\"content\":{{\"mimeType\":\"text/event-stream\",\
+                         \"text\":\"{body}\"}}}}}}",
+                        (i / 60) % 60,
+                        i % 60,
+                        i % 7,
+                        body.len() - body.matches("\\").count(),
+                    ));
+                }
+            }
+        }
+        doc.push_str("]}}");
+        doc.into_bytes()
+    }
+
+    #[test]
+    fn entry_threads_give_what_one_thread_gives() {
+        let doc = assorted_har(400);
+        let one = exchanges(&doc, MAX_ENTRY_BYTES, 1);
+        assert!(
+            one.contains("GapSkipped") || one.contains("Correct"),
+            "{one}"
+        );
+        assert!(
+            one.contains("not a JSON object") && one.contains("gone.txt"),
+            "{one}"
+        );
+        assert!(doc.len() > 4 * BATCH_BYTES, "large entries are made");
+        for t in [2, 3, 5] {
+            assert_eq!(one, exchanges(&doc, MAX_ENTRY_BYTES, t), "{t} threads");
+            // Entries over the cap are skipped where they are read, between the others.
+            assert_eq!(
+                exchanges(&doc, 20_000, 1),
+                exchanges(&doc, 20_000, t),
+                "{t}"
+            );
+        }
+        // Cut anywhere: the entries before the cut, the same error after them.
+        let mut rng = Rng(11);
+        for _ in 0..30 {
+            let cut = (rng.next() as usize) % doc.len();
+            let doc = &doc[..cut];
+            assert_eq!(
+                exchanges(doc, MAX_ENTRY_BYTES, 1),
+                exchanges(doc, MAX_ENTRY_BYTES, 2)
+            );
+        }
+        // The whole pipeline, fixtures included, read in pieces.
+        for (name, data) in [
+            ("assorted.har", doc.clone()),
+            ("mixed.har", fixture("mixed.har")),
+            ("quirk-zhar.zhar", fixture("quirk-zhar.zhar")),
+        ] {
+            let want = summary(&analyze_reader(name, &data[..], &threads(1)));
+            for t in [2, 3] {
+                let got = analyze_reader(name, &data[..], &threads(t));
+                assert_eq!(want, summary(&got), "{name}: {t} threads");
+                let mut r = Rng(t as u64);
+                let split = analyze_reader(
+                    name,
+                    Pieces {
+                        data: &data,
+                        next: move || 1 + (r.next() % 5000) as usize,
+                    },
+                    &threads(t),
+                );
+                assert_eq!(want, summary(&split), "{name}: {t} threads, pieces");
+            }
+        }
+    }
+
     #[test]
     fn a_zlib_error_is_given_again_on_every_later_read() {
         let mut bad = fixture("quirk-zhar.zhar");
@@ -1447,7 +1895,7 @@ mod tests {
     #[test]
     fn an_oversized_entry_is_skipped_and_named() {
         let data = fixture("mixed.har");
-        let report = read_har_bounded("m.har", &data[..], &Limits::default(), 1500);
+        let report = read_har_bounded("m.har", &data[..], &Limits::default(), 1500, 1);
         let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
         assert!(!errors.is_empty());
         assert!(
