@@ -8,16 +8,19 @@
 #
 # Then the same traffic on other wires (TLS 1.3, TLS 1.2, HTTP/2 in cleartext and under TLS),
 # one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`), against tshark on the
-# same capture with the same keys; and the workload
+# same capture with the same keys; the workload
 # matrix: one capture of MIX_SIZE per traffic mix of gen-capture (`--mix`: tiny events, large
 # events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams), each
-# with -j1, -j2, cat and tshark in the same run.
+# with -j1, -j2, cat and tshark in the same run; and HAR exports of large and small entries
+# (`fixtures/har/gen_big_har.py`, with python3), with -j1, -j2 and cat (tshark reads no HAR).
 #
 # Environment: OUT (scratch dir, default benches/out, git-ignored), RUNS (runs per
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
 # WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
 # (default the first of SIZES), MIXES (default "default tiny large sessions storm keep-alive
 # long"; empty skips the section), MIX_SIZE (default the first of SIZES),
+# HARS (event-stream body KiB per entry of the HAR rows, default "1024 4"; empty skips the
+# section), HAR_MIB (size of each HAR, default 256),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
 # PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
@@ -44,6 +47,8 @@ read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
 MIXES=${MIXES-"default tiny large sessions storm keep-alive long"}
 MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
+HARS=${HARS-"1024 4"}
+HAR_MIB=${HAR_MIB:-256}
 # tshark's display filter for resume requests: header names are case-insensitive, and the
 # generator writes some in lower case.
 TSHARK_FILTER='http.request.line matches "(?i)^last-event-id:"'
@@ -345,4 +350,28 @@ if [[ -n $MIXES ]]; then
     done
     echo
     echo "tshark runs once per mix (one pass, the same filter as above)."
+fi
+
+# HAR exports: one document per entry size, its entries analyzed on the -j threads.
+if [[ -n $HARS ]]; then
+    echo
+    echo "## HAR exports (${HAR_MIB} MiB each, \`python3 fixtures/har/gen_big_har.py OUT $HAR_MIB KIB\`)"
+    echo
+    echo "| body KiB per entry | bytes | entries | cat s | -j1 s | -j1 GB/s | -j1 CPU s/GiB | -j1 RSS MiB | -j2 s | -j2 GB/s | -j2 CPU s/GiB | -j2 RSS MiB | -j1 / -j2 | -j2 / cat |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for kib in $HARS; do
+        f="$OUT/bench-${HAR_MIB}MiB-har-$kib.har"
+        stamp="$(sha256sum fixtures/har/gen_big_har.py | cut -c1-16) $HAR_MIB $kib"
+        if [[ ! -s $f || $(cat "$f.stamp" 2>/dev/null) != "$stamp" ]]; then
+            python3 fixtures/har/gen_big_har.py "$f" "$HAR_MIB" "$kib" >/dev/null
+            echo "$stamp" >"$f.stamp"
+        fi
+        b=$(bytes_of "$f")
+        entries=$(grep -o '"startedDateTime"' "$f" | wc -l)
+        read -r hc _ _ < <(median_of cat "$f")
+        read -r hw1 hr1 hc1 < <(median_of "$BIN" -q -j1 "$f")
+        read -r hw2 hr2 hc2 < <(median_of "$BIN" -q -j2 "$f")
+        gib=$(awk -v b="$b" 'BEGIN { print b / 1073741824 }')
+        echo "| $kib | $b | $entries | $hc | $hw1 | $(gbps "$b" "$hw1") | $(calc "$hc1 / $gib") | $((hr1 / 1024)) | $hw2 | $(gbps "$b" "$hw2") | $(calc "$hc2 / $gib") | $((hr2 / 1024)) | $(calc "$hw1 / $hw2") | $(calc "$hw2 / $hc") |"
+    done
 fi
