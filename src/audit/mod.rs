@@ -1964,16 +1964,21 @@ fn text_with_number(prefix: &str, mut n: u64, suffix: &str) -> String {
 
 /// The last id a stream delivered before `before`, with its text when the summary has it.
 fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<String>)> {
+    last_id_before_ref(s, before).map(|(i, m, t)| (i, m, t.map(str::to_string)))
+}
+
+/// [`last_id_before`], its text borrowed.
+fn last_id_before_ref(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<&str>)> {
     if let Some(l) = &s.last_id
         && l.mark.frame < before
     {
-        return Some((l.id_index, l.mark, Some(l.text.clone())));
+        return Some((l.id_index, l.mark, Some(&l.text)));
     }
     s.id_facts
         .iter()
         .rev()
         .find(|f| f.mark.frame < before)
-        .map(|f| (f.id_index, f.mark, f.text.as_deref().map(str::to_string)))
+        .map(|f| (f.id_index, f.mark, f.text.as_deref()))
 }
 
 fn audit_cursor(
@@ -2038,33 +2043,34 @@ fn audit_cursor(
         };
     }
     // Not seen delivered: compare with the highest comparable id the session was sent.
-    let mut best: Option<(String, Mark, usize)> = None;
+    // Borrowed while compared: this runs over every earlier stream of the session at every
+    // resume whose Last-Event-ID was not seen delivered.
+    let mut best: Option<(&str, Mark, usize)> = None;
+    let integer = crate::exchange::is_integer_id(last_event_id);
     for &j in &ix.with_ids {
         if j == xi || xs[j].start().frame >= before {
             continue;
         }
         let Some(s) = stream_of(xs, j) else { continue };
         let candidate = match &s.max_int_id {
-            Some(m) if m.mark.frame < before && crate::exchange::is_integer_id(last_event_id) => {
-                Some((m.text.clone(), m.mark))
-            }
-            _ => last_id_before(s, before).and_then(|(_, m, t)| Some((t?, m))),
+            Some(m) if m.mark.frame < before && integer => Some((m.text.as_str(), m.mark)),
+            _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
         };
         let Some((text, mark)) = candidate else {
             continue;
         };
-        if order_ids(ix, opts, last_event_id, &text).is_none() {
+        if order_ids(ix, opts, last_event_id, text).is_none() {
             continue;
         }
         let higher = match &best {
             None => true,
-            Some((b, ..)) => order_ids(ix, opts, &text, b) == Some(Ordering::Greater),
+            Some((b, ..)) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
         };
         if higher {
             best = Some((text, mark, j));
         }
     }
-    let Some((text, mark, j)) = best else {
+    let Some((text, mark, j)) = best.map(|(t, m, j)| (t.to_string(), m, j)) else {
         return Cursor {
             status: CursorStatus::NotSeen,
             detail: "the capture does not show Last-Event-ID delivered in this session".into(),
