@@ -15,8 +15,8 @@
 //!   bytes, at most `max_entry_bytes`), deserialized in place by serde_json (strings borrowed),
 //!   its body text unescaped by serde_json (one copy, no larger than the text), base64-decoded
 //!   by the `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
-//!   Memory is about twice the largest entry plus constant buffers, whatever the number of
-//!   entries. With entry threads (`-j2` and more on one HAR), one thread reads entries while
+//!   Memory is about twice the largest entry plus constant buffers, plus the records each
+//!   entry gives (kept to the end, a few KiB an event stream). With entry threads (`-j2` and more on one HAR), one thread reads entries while
 //!   the others analyze them, small ones handed over in batches: up to [`IN_FLIGHT_BYTES`] of
 //!   entries wait or are analyzed at once (an entry larger than that alone), so memory is then
 //!   about that, or three times the largest entry (one read while one is analyzed), plus
