@@ -39,7 +39,7 @@ use crate::exchange::{
 };
 use crate::record::{BodyEnd, Mark};
 use idshape::IdPattern;
-use verdict::{Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
+use verdict::{DecimalId, Decision, LostRange, ResponseFacts, StreamOutcome, Verdict};
 
 /// How the session stage runs.
 #[derive(Clone, Debug, Default)]
@@ -2045,8 +2045,11 @@ fn audit_cursor(
     // Not seen delivered: compare with the highest comparable id the session was sent.
     // Borrowed while compared: this runs over every earlier stream of the session at every
     // resume whose Last-Event-ID was not seen delivered.
-    let mut best: Option<(&str, Mark, usize)> = None;
+    // Decimal ids are read once each: `order_ids` compares two decimals as decimals, so
+    // comparing the parsed values gives what it would.
+    let mut best: Option<(&str, Mark, usize, Option<DecimalId<'_>>)> = None;
     let integer = crate::exchange::is_integer_id(last_event_id);
+    let last_decimal = DecimalId::parse(last_event_id);
     for &j in &ix.with_ids {
         if j == xi || xs[j].start().frame >= before {
             continue;
@@ -2059,18 +2062,24 @@ fn audit_cursor(
         let Some((text, mark)) = candidate else {
             continue;
         };
-        if order_ids(ix, opts, last_event_id, text).is_none() {
+        let decimal = DecimalId::parse(text);
+        let comparable = (last_decimal.is_some() && decimal.is_some())
+            || order_ids(ix, opts, last_event_id, text).is_some();
+        if !comparable {
             continue;
         }
         let higher = match &best {
             None => true,
+            Some((_, _, _, Some(b))) if decimal.is_some() => decimal
+                .as_ref()
+                .is_some_and(|d| d.cmp_value(b) == Ordering::Greater),
             Some((b, ..)) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
         };
         if higher {
-            best = Some((text, mark, j));
+            best = Some((text, mark, j, decimal));
         }
     }
-    let Some((text, mark, j)) = best.map(|(t, m, j)| (t.to_string(), m, j)) else {
+    let Some((text, mark, j)) = best.map(|(t, m, j, _)| (t.to_string(), m, j)) else {
         return Cursor {
             status: CursorStatus::NotSeen,
             detail: "the capture does not show Last-Event-ID delivered in this session".into(),
@@ -3078,6 +3087,42 @@ data: "
         assert_eq!(cursor.status, CursorStatus::Stale);
         assert_eq!(cursor.behind_by, Some(1));
         assert_eq!(kinds(&r[0]), [FindingKind::CursorStale]);
+    }
+
+    #[test]
+    fn an_unseen_cursor_is_compared_with_the_first_highest_id_sent() {
+        // The highest id sent before the resume, from the first stream that holds it.
+        let cited = |first_stream: [&'static str; 2]| {
+            let mut c = Cap::default();
+            c.ex(
+                "GET",
+                "s",
+                None,
+                200,
+                &[(first_stream[0], MSG), (first_stream[1], MSG)],
+            );
+            c.ex("GET", "s", None, 200, &[("x1", MSG)]);
+            c.ex("GET", "s", None, 200, &[("6", MSG), ("7", MSG)]);
+            c.ex("GET", "s", None, 200, &[("3", MSG)]);
+            c.ex("GET", "s", Some("9"), 200, &[("10", MSG)]);
+            let (r, _) = c.run(&Options::default());
+            let cursor = r[0].forensic.cursor.clone().unwrap();
+            assert_eq!(cursor.last_delivered_id.as_deref(), Some("7"), "{cursor:?}");
+            cursor.cites[0].mark.frame
+        };
+        assert!(cited(["5", "7"]) < cited(["5", "6"]));
+        // An id below every one sent.
+        let mut c = Cap::default();
+        c.ex("GET", "s", None, 200, &[("5", MSG), ("8", MSG)]);
+        c.ex("GET", "s", None, 200, &[("12", MSG)]);
+        c.ex("GET", "s", Some("2"), 200, &[("3", MSG)]);
+        let (r, _) = c.run(&Options::default());
+        let cursor = r[0].forensic.cursor.as_ref().unwrap();
+        assert_eq!(
+            cursor.last_delivered_id.as_deref(),
+            Some("12"),
+            "{cursor:?}"
+        );
     }
 
     #[test]
