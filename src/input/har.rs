@@ -16,11 +16,11 @@
 //!   its body text unescaped by serde_json (one copy, no larger than the text), base64-decoded
 //!   by the `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
 //!   Memory is about twice the largest entry plus constant buffers, plus the records each
-//!   entry gives (kept to the end, a few KiB an event stream). With entry threads (`-j2` and more on one HAR), one thread reads entries while
-//!   the others analyze them, small ones handed over in batches: up to [`IN_FLIGHT_BYTES`] of
-//!   entries wait or are analyzed at once (an entry larger than that alone), so memory is then
-//!   about that, or three times the largest entry (one read while one is analyzed), plus
-//!   constant buffers.
+//!   entry gives (kept to the end, a few KiB an event stream). With entry threads (`-j2` and
+//!   more on one HAR), one thread reads entries while the others analyze them, small ones
+//!   handed over in batches: up to [`IN_FLIGHT_BYTES`] of entries wait or are analyzed at once
+//!   (an entry larger than that alone), so memory is then about that, or three times the
+//!   largest entry (one read while one is analyzed), plus constant buffers.
 //! - Order: the tracker keeps no state from one exchange to the next, so entries can be
 //!   analyzed on any thread; what each gives is put back in file order, and only the small
 //!   records are sorted afterwards (by the driver, by `startedDateTime` then entry index). No
@@ -213,7 +213,6 @@ pub fn read_har_bounded<R: Read>(
         limits,
         report: &mut out,
     };
-    let threads = threads.max(1);
     let walked = walk(&mut scan, &mut run, max_entry_bytes, threads);
     if let Err(e) = walked {
         let text = match e.entry {
