@@ -2068,12 +2068,10 @@ fn audit_cursor(
         if !comparable {
             continue;
         }
-        let higher = match &best {
-            None => true,
-            Some((_, _, _, Some(b))) if decimal.is_some() => decimal
-                .as_ref()
-                .is_some_and(|d| d.cmp_value(b) == Ordering::Greater),
-            Some((b, ..)) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
+        let higher = match (&best, &decimal) {
+            (None, _) => true,
+            (Some((_, _, _, Some(b))), Some(d)) => d.cmp_value(b) == Ordering::Greater,
+            (Some((b, ..)), _) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
         };
         if higher {
             best = Some((text, mark, j, decimal));

@@ -360,7 +360,9 @@ fn each_entry<R: Read>(
 /// reading thread waits. An entry larger than this is analyzed alone.
 const IN_FLIGHT_BYTES: usize = 4 << 20;
 /// Entries smaller than this are handed over together, in batches of about this many bytes
-/// (or [`BATCH_ENTRIES`]): one hand-over per entry would cost more than a small entry.
+/// (or [`BATCH_ENTRIES`]), each a lock, a message and perhaps a thread woken. (On 5 KiB
+/// entries, batches and one hand-over per entry measured the same; a batch saves an
+/// allocation an entry.)
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_ENTRIES: usize = 64;
 
