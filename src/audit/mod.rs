@@ -27,6 +27,7 @@ mod hops;
 pub mod idshape;
 pub mod verdict;
 
+use std::cell::OnceCell;
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -352,6 +353,12 @@ struct SessionIndex<'a> {
     /// Connections of the input that may carry MCP were not read: the session may have had
     /// exchanges the capture cannot show.
     unread: bool,
+    /// The members whose event streams' ends the capture does not show (see
+    /// [`SessionIndex::open_before`]), in capture order.
+    unended: Vec<usize>,
+    /// The highest decimal ids sent, made at the first resume that asks (see
+    /// [`SessionIndex::highest_decimal`]).
+    highest: OnceCell<Option<HighestDecimal<'a>>>,
 }
 
 /// A shape's key and its totals over a session (see [`SessionIndex::shapes`]).
@@ -422,6 +429,185 @@ fn har_body_unproven(x: &ExchangeSummary) -> bool {
         && !matches!(x.end, Some((BodyEnd::Complete, _)))
 }
 
+/// An event stream whose end the capture shows: complete, reset or gone away, or ended by an
+/// error seen on the wire. Anything that is not an event stream counts as ended.
+fn shows_end(x: &ExchangeSummary) -> bool {
+    !x.event_stream
+        || matches!(
+            x.end,
+            Some((
+                BodyEnd::Complete | BodyEnd::Reset { .. } | BodyEnd::GoneAway { .. },
+                _
+            ))
+        )
+        || matches!(x.end, Some((BodyEnd::Stream(e), _)) if e.seen_on_wire())
+}
+
+/// A stream's offer to [`highest_sent`] for a decimal cursor before frame `before`: its
+/// highest integer id when that was sent before, else its last id before, with its text.
+fn decimal_offer(s: &StreamSummary, before: u64) -> Option<(&str, Mark)> {
+    match &s.max_int_id {
+        Some(m) if m.mark.frame < before => Some((m.text.as_str(), m.mark)),
+        _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
+    }
+}
+
+/// The highest id sent, as [`highest_sent`] gives it: its text, where, and the stream.
+type Highest<'a> = Option<(&'a str, Mark, usize)>;
+
+/// The highest decimal id of a session's streams before a frame, for sessions with many
+/// streams and many resumes whose cursor the capture does not show delivered, where the loop
+/// over every earlier stream at every resume would take time quadratic in the session.
+///
+/// A stream's offer stops changing at the last frame of its ids (its settling frame): before
+/// a frame past it, the offer is its final one. So the answer is the best of two parts: the
+/// settled streams, a prefix of them in order of settling frame, whose best final offer is
+/// kept for every prefix; and the streams that began before the frame but had not settled,
+/// found through a tree of settling frames over the streams in order of start. Best means
+/// the highest value, and of equal values the first stream in capture order, as in the loop.
+struct HighestDecimal<'a> {
+    /// Settling frames, ascending, and the best final offer among the streams up to each
+    /// (a position in `with_ids`).
+    settle: Vec<u64>,
+    settled_best: Vec<Option<u32>>,
+    /// Each position's final offer, when it has one.
+    offer: Vec<Option<(DecimalId<'a>, &'a str, Mark)>>,
+    /// Start frames, ascending, with their positions; a tree whose leaves are those
+    /// positions' settling frames and whose nodes hold their children's maximum.
+    start: Vec<(u64, u32)>,
+    tree: Vec<u64>,
+}
+
+impl<'a> HighestDecimal<'a> {
+    /// Streams with ids a session needs for this to pay for itself.
+    const MIN_STREAMS: usize = 32;
+
+    /// `None` when some stream's final offer is not decimal: the loop compares such ids.
+    fn build(xs: &'a [Box<ExchangeSummary>], with_ids: &[usize]) -> Option<Self> {
+        let n = with_ids.len();
+        let mut offer = Vec::with_capacity(n);
+        let mut settle_of = Vec::with_capacity(n);
+        let mut settle_at = Vec::with_capacity(n);
+        let mut start = Vec::with_capacity(n);
+        for (p, &j) in with_ids.iter().enumerate() {
+            let begin = xs[j].start().frame;
+            let mut settle = begin;
+            let mut last = None;
+            if let Some(s) = stream_of(xs, j) {
+                let marks = s.max_int_id.iter().chain(&s.last_id).map(|l| l.mark.frame);
+                let facts = s.id_facts.iter().map(|f| f.mark.frame);
+                settle = marks.chain(facts).fold(settle, u64::max);
+                if let Some((text, mark)) = decimal_offer(s, u64::MAX) {
+                    last = Some((DecimalId::parse(text)?, text, mark));
+                }
+            }
+            offer.push(last);
+            settle_at.push(settle);
+            settle_of.push((settle, u32::try_from(p).ok()?));
+            start.push((begin, u32::try_from(p).ok()?));
+        }
+        settle_of.sort_unstable();
+        start.sort_unstable();
+        let mut settled_best = Vec::with_capacity(n);
+        let mut best: Option<u32> = None;
+        for &(_, p) in &settle_of {
+            if Self::better(&offer, p, best) {
+                best = Some(p);
+            }
+            settled_best.push(best);
+        }
+        let leaves = n.next_power_of_two();
+        let mut tree = vec![0; 2 * leaves];
+        for (i, &(_, p)) in start.iter().enumerate() {
+            tree[leaves + i] = settle_at[p as usize];
+        }
+        for node in (1..leaves).rev() {
+            tree[node] = tree[2 * node].max(tree[2 * node + 1]);
+        }
+        Some(HighestDecimal {
+            settle: settle_of.iter().map(|&(f, _)| f).collect(),
+            settled_best,
+            offer,
+            start,
+            tree,
+        })
+    }
+
+    /// Position `p`'s final offer beats the one at `best`: a higher value, or the same value
+    /// from a stream earlier in capture order.
+    fn better(offer: &[Option<(DecimalId<'a>, &'a str, Mark)>], p: u32, best: Option<u32>) -> bool {
+        let Some((d, ..)) = &offer[p as usize] else {
+            return false;
+        };
+        let Some(b) = best else { return true };
+        let Some((bd, ..)) = &offer[b as usize] else {
+            return true;
+        };
+        match d.cmp_value(bd) {
+            Ordering::Greater => true,
+            Ordering::Equal => p < b,
+            Ordering::Less => false,
+        }
+    }
+
+    fn query(
+        &self,
+        xs: &'a [Box<ExchangeSummary>],
+        with_ids: &[usize],
+        xi: usize,
+        before: u64,
+    ) -> Option<Highest<'a>> {
+        let settled = self.settle.partition_point(|&f| f < before);
+        let mut best: Option<(DecimalId<'a>, &'a str, Mark, u32)> = None;
+        if let Some(p) = settled.checked_sub(1).and_then(|k| self.settled_best[k]) {
+            if with_ids[p as usize] == xi {
+                // Rare (the resumed stream settled before its own request): the loop leaves
+                // it out.
+                return None;
+            }
+            if let Some((d, text, mark)) = &self.offer[p as usize] {
+                best = Some((d.clone(), text, *mark, p));
+            }
+        }
+        let began = self.start.partition_point(|&(f, _)| f < before);
+        let leaves = self.tree.len() / 2;
+        // Nodes over [lo, hi) of the start order, whose settling frames reach `before`.
+        let mut stack = vec![(1usize, 0usize, leaves)];
+        while let Some((node, lo, hi)) = stack.pop() {
+            if lo >= began || self.tree[node] < before {
+                continue;
+            }
+            if hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                stack.push((2 * node + 1, mid, hi));
+                stack.push((2 * node, lo, mid));
+                continue;
+            }
+            let p = self.start[lo].1;
+            let j = with_ids[p as usize];
+            if j == xi {
+                continue;
+            }
+            let Some((text, mark)) = stream_of(xs, j).and_then(|s| decimal_offer(s, before)) else {
+                continue;
+            };
+            let d = DecimalId::parse(text)?;
+            let wins = match &best {
+                None => true,
+                Some((bd, _, _, bp)) => match d.cmp_value(bd) {
+                    Ordering::Greater => true,
+                    Ordering::Equal => p < *bp,
+                    Ordering::Less => false,
+                },
+            };
+            if wins {
+                best = Some((d, text, mark, p));
+            }
+        }
+        Some(best.map(|(_, text, mark, p)| (text, mark, with_ids[p as usize])))
+    }
+}
+
 impl<'a> SessionIndex<'a> {
     /// The index of `members`; the facts only the audit of a resume looks at (ids, content,
     /// shapes) only when `resumes`.
@@ -436,6 +622,8 @@ impl<'a> SessionIndex<'a> {
             lossy: Vec::new(),
             starts: Vec::new(),
             unread: false,
+            unended: Vec::new(),
+            highest: OnceCell::new(),
         };
         for &i in members {
             if lost_bytes(&xs[i]) {
@@ -443,6 +631,9 @@ impl<'a> SessionIndex<'a> {
             }
             if xs[i].opens_session {
                 ix.starts.push(i);
+            }
+            if !shows_end(&xs[i]) {
+                ix.unended.push(i);
             }
             let Some(s) = xs[i].stream() else {
                 continue;
@@ -507,19 +698,29 @@ impl<'a> SessionIndex<'a> {
         before: u64,
         except: usize,
     ) -> Option<usize> {
-        self.members.iter().copied().find(|&j| {
-            j != except
-                && xs[j].event_stream
-                && xs[j].start().frame < before
-                && !matches!(
-                    xs[j].end,
-                    Some((
-                        BodyEnd::Complete | BodyEnd::Reset { .. } | BodyEnd::GoneAway { .. },
-                        _
-                    ))
-                )
-                && !matches!(xs[j].end, Some((BodyEnd::Stream(e), _)) if e.seen_on_wire())
-        })
+        self.unended
+            .iter()
+            .copied()
+            .find(|&j| j != except && xs[j].start().frame < before)
+    }
+
+    /// The highest decimal id sent before frame `before` by the session's streams other than
+    /// `xi`, as [`highest_sent`] finds it for a decimal cursor, in logarithmic time; `None`
+    /// when this cannot tell (an id not decimal is in the way) and the loop must decide.
+    /// Sessions with few streams that carried ids take the loop.
+    fn highest_decimal(
+        &self,
+        xs: &'a [Box<ExchangeSummary>],
+        xi: usize,
+        before: u64,
+    ) -> Option<Highest<'a>> {
+        if self.with_ids.len() < HighestDecimal::MIN_STREAMS {
+            return None;
+        }
+        self.highest
+            .get_or_init(|| HighestDecimal::build(xs, &self.with_ids))
+            .as_ref()?
+            .query(xs, &self.with_ids, xi, before)
     }
 
     /// The capture holds the session from its start: an exchange before frame `before` began
@@ -1981,9 +2182,9 @@ fn last_id_before_ref(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Opti
         .map(|f| (f.id_index, f.mark, f.text.as_deref()))
 }
 
-fn audit_cursor(
-    xs: &[Box<ExchangeSummary>],
-    ix: &SessionIndex<'_>,
+fn audit_cursor<'a>(
+    xs: &'a [Box<ExchangeSummary>],
+    ix: &SessionIndex<'a>,
     opts: &Options,
     xi: usize,
     last_event_id: &str,
@@ -2043,41 +2244,13 @@ fn audit_cursor(
         };
     }
     // Not seen delivered: compare with the highest comparable id the session was sent.
-    // Borrowed while compared: this runs over every earlier stream of the session at every
-    // resume whose Last-Event-ID was not seen delivered.
-    // Decimal ids are read once each: `order_ids` compares two decimals as decimals, so
-    // comparing the parsed values gives what it would.
-    let mut best: Option<(&str, Mark, usize, Option<DecimalId<'_>>)> = None;
-    let integer = crate::exchange::is_integer_id(last_event_id);
-    let last_decimal = DecimalId::parse(last_event_id);
-    for &j in &ix.with_ids {
-        if j == xi || xs[j].start().frame >= before {
-            continue;
-        }
-        let Some(s) = stream_of(xs, j) else { continue };
-        let candidate = match &s.max_int_id {
-            Some(m) if m.mark.frame < before && integer => Some((m.text.as_str(), m.mark)),
-            _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
-        };
-        let Some((text, mark)) = candidate else {
-            continue;
-        };
-        let decimal = DecimalId::parse(text);
-        let comparable = (last_decimal.is_some() && decimal.is_some())
-            || order_ids(ix, opts, last_event_id, text).is_some();
-        if !comparable {
-            continue;
-        }
-        let higher = match (&best, &decimal) {
-            (None, _) => true,
-            (Some((_, _, _, Some(b))), Some(d)) => d.cmp_value(b) == Ordering::Greater,
-            (Some((b, ..)), _) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
-        };
-        if higher {
-            best = Some((text, mark, j, decimal));
-        }
+    let best = if DecimalId::parse(last_event_id).is_some() {
+        ix.highest_decimal(xs, xi, before)
+    } else {
+        None
     }
-    let Some((text, mark, j)) = best.map(|(t, m, j, _)| (t.to_string(), m, j)) else {
+    .unwrap_or_else(|| highest_sent(xs, ix, opts, xi, last_event_id, before));
+    let Some((text, mark, j)) = best.map(|(t, m, j)| (t.to_string(), m, j)) else {
         return Cursor {
             status: CursorStatus::NotSeen,
             detail: "the capture does not show Last-Event-ID delivered in this session".into(),
@@ -2185,6 +2358,53 @@ fn audit_cursor(
             cites: c,
         },
     }
+}
+
+/// The highest id comparable with `last_event_id` that the session's streams other than `xi`
+/// sent before frame `before`: its text, where, and the stream (the first stream holding it).
+/// Each stream offers its highest integer id when the cursor is an integer, else its last id.
+fn highest_sent<'a>(
+    xs: &'a [Box<ExchangeSummary>],
+    ix: &SessionIndex<'a>,
+    opts: &Options,
+    xi: usize,
+    last_event_id: &str,
+    before: u64,
+) -> Highest<'a> {
+    // Borrowed while compared: this runs over every earlier stream of the session.
+    // Decimal ids are read once each: `order_ids` compares two decimals as decimals, so
+    // comparing the parsed values gives what it would.
+    let mut best: Option<(&str, Mark, usize, Option<DecimalId<'_>>)> = None;
+    let integer = crate::exchange::is_integer_id(last_event_id);
+    let last_decimal = DecimalId::parse(last_event_id);
+    for &j in &ix.with_ids {
+        if j == xi || xs[j].start().frame >= before {
+            continue;
+        }
+        let Some(s) = stream_of(xs, j) else { continue };
+        let candidate = match &s.max_int_id {
+            Some(m) if m.mark.frame < before && integer => Some((m.text.as_str(), m.mark)),
+            _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
+        };
+        let Some((text, mark)) = candidate else {
+            continue;
+        };
+        let decimal = DecimalId::parse(text);
+        let comparable = (last_decimal.is_some() && decimal.is_some())
+            || order_ids(ix, opts, last_event_id, text).is_some();
+        if !comparable {
+            continue;
+        }
+        let higher = match (&best, &decimal) {
+            (None, _) => true,
+            (Some((_, _, _, Some(b))), Some(d)) => d.cmp_value(b) == Ordering::Greater,
+            (Some((b, ..)), _) => order_ids(ix, opts, text, b) == Some(Ordering::Greater),
+        };
+        if higher {
+            best = Some((text, mark, j, decimal));
+        }
+    }
+    best.map(|(t, m, j, _)| (t, m, j))
 }
 
 /// Ids of the resumed stream first delivered to another session. Only ids that cannot be
@@ -2690,6 +2910,7 @@ mod tests {
     use super::*;
     use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
+    use crate::testing::xorshift;
 
     #[test]
     fn cursor_statuses_are_named_as_they_serialize() {
@@ -3121,6 +3342,60 @@ data: "
             Some("12"),
             "{cursor:?}"
         );
+    }
+
+    /// The tree over a session's streams answers what the loop over them answers, for every
+    /// resume frame and every resumed exchange: streams that overlap, start out of capture
+    /// order, repeat values (the first stream holding the highest wins), end in a lower id
+    /// than their highest, carry no id, or carry ids that are not decimal (then the tree
+    /// may decline, never differ).
+    #[test]
+    fn the_highest_decimal_tree_answers_what_the_loop_does() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut answered = 0u64;
+        for round in 0..300u32 {
+            let mut c = Cap::default();
+            let opaque = round.is_multiple_of(3);
+            for _ in 0..1 + xorshift(&mut seed) % 12 {
+                if c.frame > 4 && xorshift(&mut seed).is_multiple_of(3) {
+                    // Overlap earlier exchanges.
+                    c.frame -= 1 + xorshift(&mut seed) % c.frame.min(9);
+                }
+                let n = xorshift(&mut seed) % 5;
+                let ids: Vec<String> = (0..n)
+                    .map(|_| match xorshift(&mut seed) % 10 {
+                        0 if opaque => format!("k{}", xorshift(&mut seed) % 9),
+                        1 => format!("00{}", xorshift(&mut seed) % 9),
+                        2 => "18446744073709551616".to_string(),
+                        _ => (xorshift(&mut seed) % 9).to_string(),
+                    })
+                    .collect();
+                let events: Vec<(&str, &str)> = ids.iter().map(|i| (i.as_str(), MSG)).collect();
+                c.ex("GET", "s", None, 200, &events);
+            }
+            let xs: Vec<Box<ExchangeSummary>> = c.xs.into_iter().map(Box::new).collect();
+            let mut members: Vec<usize> = (0..xs.len()).collect();
+            for i in (1..members.len()).rev() {
+                members.swap(i, (xorshift(&mut seed) % (i as u64 + 1)) as usize);
+            }
+            let ix = SessionIndex::build(&xs, &members, true);
+            let tree = HighestDecimal::build(&xs, &ix.with_ids);
+            let opts = Options::default();
+            for xi in 0..=xs.len() {
+                for before in 0..c.frame + 3 {
+                    let by_loop = highest_sent(&xs, &ix, &opts, xi, "5", before);
+                    let Some(by_tree) = tree
+                        .as_ref()
+                        .and_then(|t| t.query(&xs, &ix.with_ids, xi, before))
+                    else {
+                        continue;
+                    };
+                    answered += 1;
+                    assert_eq!(by_tree, by_loop, "round {round}, xi {xi}, before {before}");
+                }
+            }
+        }
+        assert!(answered > 10_000, "{answered}");
     }
 
     #[test]
