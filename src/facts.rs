@@ -60,7 +60,8 @@ pub trait FactSink: Send {
         x: Option<Box<ExchangeSummary>>,
         r: Option<Box<ResumeRecord>>,
     );
-    /// A HAR document's exchanges, held whole.
+    /// Exchanges of a HAR document and their resumes, in entry order (each resume in the call
+    /// that gives its exchange's summary); the document is over at [`FactSink::finish`].
     fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>);
     /// The input is over.
     fn finish(&mut self) -> StageStats;
@@ -69,7 +70,10 @@ pub trait FactSink: Send {
 /// The reduce step of one input: the session stage, its records going to `sink`.
 pub struct Reducer<'s> {
     opts: audit::Options,
+    retention: audit::Retention,
     stage: Option<audit::Stage>,
+    /// The session stage of a HAR document, made at its first exchanges.
+    har: Option<audit::HarFeed>,
     sink: &'s mut dyn audit::Sink,
 }
 
@@ -82,7 +86,9 @@ impl<'s> Reducer<'s> {
     ) -> Self {
         Reducer {
             opts: opts.clone(),
+            retention,
             stage: Some(audit::Stage::new(opts, retention)),
+            har: None,
             sink,
         }
     }
@@ -110,22 +116,22 @@ impl FactSink for Reducer<'_> {
         }
     }
     fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
-        let (resumes, out) = audit::analyze(resumes, xs, &self.opts);
-        for r in resumes {
-            self.sink.resume(Box::new(r));
-        }
-        for f in out.findings {
-            self.sink.finding(f);
-        }
-        for v in out.views {
-            self.sink.view(v);
-        }
+        let (opts, retention) = (&self.opts, self.retention);
+        self.har
+            .get_or_insert_with(|| audit::HarFeed::new(opts, retention))
+            .add(resumes, xs, self.sink);
     }
     fn finish(&mut self) -> StageStats {
-        match self.stage.take() {
+        let mut stats = match self.stage.take() {
             Some(s) => s.finish(self.sink),
             None => StageStats::default(),
+        };
+        if let Some(h) = self.har.take() {
+            let har = h.finish(self.sink);
+            stats.sessions_retired_early += har.sessions_retired_early;
+            stats.har_entries_late += har.har_entries_late;
         }
+        stats
     }
 }
 

@@ -462,3 +462,64 @@ fn a_stream_that_ends_after_the_delete_stays_in_its_session() {
     assert_eq!(views[0]["exchanges"].as_array().unwrap().len(), 3);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Entries go to the session stage in order of start, through a window of half the session
+/// memory: an entry that began before one already taken is taken late, its session may have
+/// been audited without it, and the run says so. With no session memory at all, every
+/// exchange is audited alone (the two GETs counted as retired early, the DELETE ends its
+/// session). The answer does not depend on `-j`;
+/// with the default memory the window holds the whole document.
+#[test]
+fn a_har_out_of_order_past_the_session_memory_says_so() {
+    let msg = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+    let mut delete = entry(3, "DELETE", Some("sess-L"), None, "");
+    delete["response"]["headers"] = json!([]);
+    let entries = vec![
+        entry(
+            1,
+            "GET",
+            Some("sess-L"),
+            Some("l-41"),
+            &sse(&[("l-42", msg.to_string())]),
+        ),
+        delete,
+        entry(
+            2,
+            "GET",
+            Some("sess-L"),
+            None,
+            &sse(&[("l-43", msg.to_string())]),
+        ),
+    ];
+    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                             "entries": entries}});
+    let dir = scratch("late-entry");
+    let path = dir.join("late.har");
+    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let p = path.to_str().unwrap();
+    let views = |r: &Run| {
+        r.resumes
+            .iter()
+            .filter(|l| l["type"] == "session")
+            .map(|v| v["exchanges"].as_array().unwrap().len())
+            .collect::<Vec<_>>()
+    };
+    let late = run(&["-q", "-j1", "--sessions", "--session-memory", "0", p]);
+    assert_eq!(views(&late), [1, 1, 1], "{:#?}", late.resumes);
+    assert_eq!(late.summary["sessions_retired_early"], 2);
+    assert!(
+        late.stderr.contains(
+            "late.har: 1 entry began before entries already audited (the HAR is out of order \
+             of startedDateTime by more than --session-memory holds)"
+        ),
+        "{}",
+        late.stderr
+    );
+    let late2 = run(&["-q", "-j2", "--sessions", "--session-memory", "0", p]);
+    assert_eq!(late2.resumes, late.resumes);
+    assert_eq!(late2.stderr, late.stderr);
+    let whole = run(&["-q", "-j2", "--sessions", p]);
+    assert_eq!(views(&whole), [3]);
+    assert!(!whole.stderr.contains("began before"), "{}", whole.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -275,6 +275,7 @@ pub struct SessionView {
 }
 
 /// What the stage gives besides the updated resumes.
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Outcome {
     /// Findings tied to no resume, in capture order.
@@ -984,6 +985,9 @@ pub struct StageStats {
     /// Sessions audited before they were over: the memory bound, or
     /// [`MAX_AUDITED_EXCHANGES`]; their later exchanges are audited apart from the earlier.
     pub sessions_retired_early: u64,
+    /// Exchanges of an input held whole that began before one the stage had already taken
+    /// (see [`HarFeed`]).
+    pub har_entries_late: u64,
 }
 
 /// The session stage over one input, fed exchange by exchange in a deterministic order.
@@ -1287,47 +1291,157 @@ fn grown_room(len: usize) -> usize {
     }
 }
 
-/// Runs the stage over one input held whole (a HAR file, or a test): every exchange is
-/// known before any session is audited.
+/// Runs the stage over one input held whole: every exchange is known before any session is
+/// audited.
+#[cfg(test)]
 pub fn analyze(
     resumes: Vec<ResumeRecord>,
     xs: Vec<ExchangeSummary>,
     opts: &Options,
 ) -> (Vec<ResumeRecord>, Outcome) {
-    let mut stage = Stage::new(opts, Retention::UNBOUNDED);
     let mut sink = Collected::default();
-    let mut by_key: HashMap<JoinKey, ResumeRecord> = HashMap::new();
-    let mut loose = Vec::new();
-    for r in resumes {
-        let k = join_of_resume(&r);
-        if let Some(dup) = by_key.insert(k, r) {
-            loose.push(dup);
-        }
-    }
-    // In the order the exchanges began: an input held whole (a HAR lists entries as they
-    // completed) must not end a session at its DELETE before a stream that began earlier and
-    // completed later, such as the standalone GET.
-    let mut xs = xs;
-    xs.sort_by_key(|x| {
-        let m = x.start();
-        (m.time_ns, m.frame, x.exchange)
-    });
-    for x in xs {
-        let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
-        stage.exchange(None, Some(Box::new(x)), r.map(Box::new), &mut sink);
-    }
-    let mut rest: Vec<ResumeRecord> = by_key.into_values().chain(loose).collect();
-    rest.sort_by_key(resume_order);
-    for r in rest {
-        sink.resume(Box::new(r));
-    }
-    stage.finish(&mut sink);
+    let mut feed = HarFeed::new(opts, Retention::UNBOUNDED);
+    feed.add(resumes, xs, &mut sink);
+    feed.finish(&mut sink);
     sink.sort();
     let out = Outcome {
         findings: sink.findings,
         views: sink.views,
     };
     (sink.resumes, out)
+}
+
+/// Where an exchange of an input held whole goes in the session stage's order: the order the
+/// exchanges began (time, then entry index, then exchange), then the order they came in.
+type StartKey = (i64, u64, u32, u64);
+
+/// An exchange waiting for its turn in [`HarFeed`].
+struct Waiting {
+    key: StartKey,
+    bytes: usize,
+    x: Box<ExchangeSummary>,
+    r: Option<Box<ResumeRecord>>,
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+/// The session stage over an input whose exchanges come whole and not in the order they
+/// began: a HAR document, whose entries are written as they completed (or in any order), with
+/// no connection to follow. The stage takes them in the order they began, so that a `DELETE`
+/// does not end a session before a stream that began earlier and completed later.
+///
+/// Exchanges wait in a queue ordered by start until those waiting exceed a window of half the
+/// retention budget; then the earliest go to the stage, which holds sessions within the
+/// budget as it does for a capture. An input in order of start (as browsers and proxies write
+/// HAR files), or out of order by less than the window, is taken exactly in order of start,
+/// in bounded memory. An exchange that began before one already taken is taken late (its
+/// session may have been audited without it) and counted: never silently.
+pub struct HarFeed {
+    stage: Stage,
+    waiting: std::collections::BinaryHeap<std::cmp::Reverse<Waiting>>,
+    waiting_bytes: usize,
+    window: usize,
+    /// The key of the last exchange taken.
+    taken: Option<StartKey>,
+    /// Resumes with no summary to audit them against, given out at the end in report order.
+    rest: Vec<ResumeRecord>,
+    seq: u64,
+    late: u64,
+}
+
+impl HarFeed {
+    pub fn new(opts: &Options, retention: Retention) -> Self {
+        HarFeed {
+            stage: Stage::new(opts, retention),
+            waiting: std::collections::BinaryHeap::new(),
+            waiting_bytes: 0,
+            window: retention.memory_bytes / 2,
+            taken: None,
+            rest: Vec::new(),
+            seq: 0,
+            late: 0,
+        }
+    }
+
+    /// Exchanges of the input and their resumes, in the order the input holds them; each
+    /// resume goes with the summary of its exchange, given in the same call. How the
+    /// exchanges are split into calls does not change what the stage is given.
+    pub fn add<S: Sink + ?Sized>(
+        &mut self,
+        resumes: Vec<ResumeRecord>,
+        xs: Vec<ExchangeSummary>,
+        sink: &mut S,
+    ) {
+        let mut by_key: HashMap<JoinKey, ResumeRecord> = HashMap::new();
+        let mut loose = Vec::new();
+        for r in resumes {
+            let k = join_of_resume(&r);
+            if let Some(dup) = by_key.insert(k, r) {
+                loose.push(dup);
+            }
+        }
+        for x in xs {
+            let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
+            let m = x.start();
+            let key = (m.time_ns, m.frame, x.exchange, self.seq);
+            self.seq += 1;
+            let bytes = held_bytes(&x, r.as_ref());
+            self.waiting_bytes += bytes;
+            self.waiting.push(std::cmp::Reverse(Waiting {
+                key,
+                bytes,
+                x: Box::new(x),
+                r: r.map(Box::new),
+            }));
+            // After each exchange, so that how the input's exchanges are grouped into calls
+            // changes nothing.
+            while self.waiting_bytes > self.window && self.take_one(sink) {}
+        }
+        self.rest.extend(by_key.into_values().chain(loose));
+    }
+
+    /// Gives the earliest waiting exchange to the stage; false when none waits.
+    fn take_one<S: Sink + ?Sized>(&mut self, sink: &mut S) -> bool {
+        let Some(std::cmp::Reverse(w)) = self.waiting.pop() else {
+            return false;
+        };
+        self.waiting_bytes -= w.bytes;
+        if self.taken.is_some_and(|t| w.key < t) {
+            self.late += 1;
+        } else {
+            self.taken = Some(w.key);
+        }
+        self.stage.exchange(None, Some(w.x), w.r, sink);
+        true
+    }
+
+    /// The input is over: what waits goes to the stage, the resumes without a summary to the
+    /// sink, and every session still held is audited.
+    pub fn finish<S: Sink + ?Sized>(mut self, sink: &mut S) -> StageStats {
+        while self.take_one(sink) {}
+        self.rest.sort_by_key(resume_order);
+        for r in std::mem::take(&mut self.rest) {
+            sink.resume(Box::new(r));
+        }
+        let mut stats = self.stage.finish(sink);
+        stats.har_entries_late = self.late;
+        stats
+    }
 }
 
 /// The stage's results gathered in memory.
@@ -3342,6 +3456,127 @@ data: "
             Some("12"),
             "{cursor:?}"
         );
+    }
+
+    /// The stage's answer for an input held whole, as it was defined before [`HarFeed`]: every
+    /// exchange sorted by start, given to a stage with `retention`, then the resumes without
+    /// a summary, then the end.
+    fn sorted_then_staged(
+        resumes: Vec<ResumeRecord>,
+        mut xs: Vec<ExchangeSummary>,
+        retention: Retention,
+    ) -> (String, StageStats) {
+        let opts = Options {
+            views: true,
+            ..Options::default()
+        };
+        let mut stage = Stage::new(&opts, retention);
+        let mut sink = Collected::default();
+        let mut by_key: HashMap<JoinKey, ResumeRecord> = HashMap::new();
+        let mut loose = Vec::new();
+        for r in resumes {
+            if let Some(dup) = by_key.insert(join_of_resume(&r), r) {
+                loose.push(dup);
+            }
+        }
+        xs.sort_by_key(|x| (x.start().time_ns, x.start().frame, x.exchange));
+        for x in xs {
+            let r = join_of_summary(&x).and_then(|k| by_key.remove(&k));
+            stage.exchange(None, Some(Box::new(x)), r.map(Box::new), &mut sink);
+        }
+        let mut rest: Vec<ResumeRecord> = by_key.into_values().chain(loose).collect();
+        rest.sort_by_key(resume_order);
+        for r in rest {
+            sink.resume(Box::new(r));
+        }
+        let stats = stage.finish(&mut sink);
+        sink.sort();
+        (format!("{sink:?}"), stats)
+    }
+
+    /// [`HarFeed`] given `xs` in the order given, in calls of `sizes` exchanges (cycled), each
+    /// resume in the call of its exchange.
+    fn fed(
+        resumes: &[ResumeRecord],
+        xs: &[ExchangeSummary],
+        retention: Retention,
+        sizes: &[usize],
+    ) -> (String, StageStats) {
+        let opts = Options {
+            views: true,
+            ..Options::default()
+        };
+        let mut feed = HarFeed::new(&opts, retention);
+        let mut sink = Collected::default();
+        let mut at = 0;
+        for &n in sizes.iter().cycle() {
+            if at >= xs.len() {
+                break;
+            }
+            let part = &xs[at..(at + n.max(1)).min(xs.len())];
+            at += part.len();
+            let keys: Vec<JoinKey> = part.iter().filter_map(join_of_summary).collect();
+            let rs = resumes
+                .iter()
+                .filter(|r| keys.contains(&join_of_resume(r)))
+                .cloned()
+                .collect();
+            feed.add(rs, part.to_vec(), &mut sink);
+        }
+        let stats = feed.finish(&mut sink);
+        sink.sort();
+        (format!("{sink:?}"), stats)
+    }
+
+    /// A HAR's exchanges reach the stage in order of start: held whole (no bound), in any
+    /// order and any grouping, as the sort did; bounded, in order of start, exactly as the
+    /// sort did with the same bound and none late; bounded and out of order, the same answer
+    /// whatever the grouping (so whatever `-j`), the late ones counted.
+    #[test]
+    fn a_har_feed_takes_exchanges_in_order_of_start() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..40u32 {
+            let mut c = Cap::default();
+            for _ in 0..6 + xorshift(&mut seed) % 20 {
+                let sid = format!("s{}", xorshift(&mut seed) % 4);
+                let n = xorshift(&mut seed) % 4;
+                let base = xorshift(&mut seed) % 50;
+                let ids: Vec<String> = (0..n).map(|i| (base + i).to_string()).collect();
+                let events: Vec<(&str, &str)> = ids.iter().map(|i| (i.as_str(), MSG)).collect();
+                let last = xorshift(&mut seed)
+                    .is_multiple_of(3)
+                    .then(|| base.to_string());
+                if xorshift(&mut seed).is_multiple_of(9) {
+                    c.ex("DELETE", &sid, None, 200, &[]);
+                } else {
+                    c.ex("GET", &sid, last.as_deref(), 200, &events);
+                }
+            }
+            let (resumes, mut xs) = (c.resumes, c.xs);
+            let unbounded = Retention::UNBOUNDED;
+            let tight = Retention {
+                memory_bytes: 1 << (10 + round % 4),
+            };
+            // In order of start.
+            let want = sorted_then_staged(resumes.clone(), xs.clone(), tight);
+            let got = fed(&resumes, &xs, tight, &[1]);
+            assert_eq!(got.0, want.0, "round {round}");
+            assert_eq!(got.1.sessions_retired_early, want.1.sessions_retired_early);
+            assert_eq!(got.1.har_entries_late, 0);
+            // Shuffled.
+            for i in (1..xs.len()).rev() {
+                xs.swap(i, (xorshift(&mut seed) % (i as u64 + 1)) as usize);
+            }
+            let want = sorted_then_staged(resumes.clone(), xs.clone(), unbounded);
+            assert_eq!(fed(&resumes, &xs, unbounded, &[1]), want, "round {round}");
+            assert_eq!(fed(&resumes, &xs, unbounded, &[3, 1, 7]), want);
+            let one = fed(&resumes, &xs, tight, &[1]);
+            assert_eq!(fed(&resumes, &xs, tight, &[5, 2]), one, "round {round}");
+            assert_eq!(fed(&resumes, &xs, tight, &[64]), one, "round {round}");
+            if round % 4 == 0 {
+                assert!(one.1.har_entries_late > 0, "round {round}");
+            }
+        }
     }
 
     /// The tree over a session's streams answers what the loop over them answers, for every

@@ -307,6 +307,38 @@ impl InputReport {
         }
     }
 
+    /// Counts what the session stage did, and says what it could not take in order.
+    fn stage_stats(&mut self, stats: audit::StageStats) {
+        self.stats.sessions_retired_early += stats.sessions_retired_early;
+        if stats.har_entries_late > 0 {
+            self.messages.push((
+                false,
+                format!(
+                    "{}: {} {} before entries already audited (the HAR is out of order of \
+                     startedDateTime by more than --session-memory holds): {} may have been \
+                     audited without {}",
+                    self.input,
+                    stats.har_entries_late,
+                    if stats.har_entries_late == 1 {
+                        "entry began"
+                    } else {
+                        "entries began"
+                    },
+                    if stats.har_entries_late == 1 {
+                        "its session"
+                    } else {
+                        "their sessions"
+                    },
+                    if stats.har_entries_late == 1 {
+                        "it"
+                    } else {
+                        "them"
+                    },
+                ),
+            ));
+        }
+    }
+
     fn error(&mut self, text: String) {
         self.messages.push((true, text));
     }
@@ -415,15 +447,19 @@ fn map_reader<R: Read>(
             analyze_capture(&mut std::iter::once(one), opts, &mut report, sink)
         }
         Some(InputKind::Json) => {
-            let exchanges = har::read_har(name, chained, &opts.limits, opts.threads);
+            let exchanges =
+                har::read_har_into(name, chained, &opts.limits, opts.threads, &mut |r, x| {
+                    sink.har(r, x)
+                });
             har_session_stage(&mut report, exchanges, sink);
         }
         Some(InputKind::Zlib) => {
-            let exchanges = har::read_har(
+            let exchanges = har::read_har_into(
                 name,
                 har::ZlibInput::new(chained),
                 &opts.limits,
                 opts.threads,
+                &mut |r, x| sink.har(r, x),
             );
             har_session_stage(&mut report, exchanges, sink);
         }
@@ -1613,16 +1649,21 @@ fn analyze_capture<'a>(
         report.sessions.extend(shard.sessions.iter());
         report.stats.absorb(&shard.stats);
     }
-    report.stats.sessions_retired_early += stage.sessions_retired_early;
+    report.stage_stats(stage);
 }
 
-/// Runs the session stage over the exchanges of a HAR document (held whole: a HAR has no
-/// order of arrival to stream by) and gives its results to `sink`.
+/// A HAR document is over (its exchanges went to `sink` as they were read, and any left in
+/// `har` go now): the session stage audits what it holds, and says what it could not take
+/// in order.
 fn har_session_stage(report: &mut InputReport, har: har::HarExchanges, sink: &mut dyn FactSink) {
     report.stats.http_exchanges += har.http_exchanges;
     report.sessions.extend(har.sessions.iter());
-    sink.har(har.resumes, har.summaries);
+    if !(har.resumes.is_empty() && har.summaries.is_empty()) {
+        sink.har(har.resumes, har.summaries);
+    }
     report.messages.extend(har.messages);
+    let stats = sink.finish();
+    report.stage_stats(stats);
 }
 
 /// The inputs of a run as the paths make them (sets ordered by time, `--fleet` points), with
@@ -1831,7 +1872,7 @@ pub fn reduce_run<W: Write, E: Write>(
             report.messages = messages;
         }
         let stage = inp.replay(&mut reducer(opts, &mut spool));
-        report.stats.sessions_retired_early += stage.sessions_retired_early;
+        report.stage_stats(stage);
         report
             .messages
             .extend(problems.into_iter().map(|p| (true, p)));

@@ -186,21 +186,34 @@ pub struct HarExchanges {
     pub sessions: crate::exchange::SessionSet,
 }
 
+/// What entries gave, handed on as the document is read: their resumes and exchange
+/// summaries, in entry order, a resume in the same call as its exchange's summary.
+pub type Emit<'e> = dyn FnMut(Vec<ResumeRecord>, Vec<ExchangeSummary>) + 'e;
+
 /// Reads one HAR document; `name` is how messages cite the input, and its directory is where
-/// `content._file` bodies are looked for. With `threads` of 2 or more, its entries are analyzed
-/// on that many threads beside the one that reads the document; what it gives does not depend
-/// on `threads`.
-pub fn read_har<R: Read>(name: &str, src: R, limits: &Limits, threads: usize) -> HarExchanges {
-    read_har_bounded(name, src, limits, MAX_ENTRY_BYTES, threads)
+/// `content._file` bodies are looked for. Each entry's resumes and summaries go to `emit` as
+/// soon as the entry is analyzed (the report returned holds none of them). With `threads` of
+/// 2 or more, its entries are analyzed on that many threads beside the one that reads the
+/// document; what it gives does not depend on `threads`.
+pub fn read_har_into<R: Read>(
+    name: &str,
+    src: R,
+    limits: &Limits,
+    threads: usize,
+    emit: &mut Emit<'_>,
+) -> HarExchanges {
+    read_har_bounded(name, src, limits, MAX_ENTRY_BYTES, threads, Some(emit))
 }
 
-/// [`read_har`] with the largest accepted entry given.
+/// [`read_har_into`] with the largest accepted entry given; each entry's records are held in
+/// the report when `emit` is `None`.
 pub fn read_har_bounded<R: Read>(
     name: &str,
     src: R,
     limits: &Limits,
     max_entry_bytes: usize,
     threads: usize,
+    emit: Option<&mut Emit<'_>>,
 ) -> HarExchanges {
     let mut scan = Scanner::new(src);
     let mut out = HarExchanges::default();
@@ -212,6 +225,11 @@ pub fn read_har_bounded<R: Read>(
             .unwrap_or_default(),
         limits,
         report: &mut out,
+        // A shorter-lived view of the callback, as the run's lifetime wants.
+        emit: match emit {
+            Some(e) => Some(e as &mut Emit<'_>),
+            None => None,
+        },
     };
     let walked = walk(&mut scan, &mut run, max_entry_bytes, threads);
     if let Err(e) = walked {
@@ -296,9 +314,12 @@ fn entries<R: Read>(
     run: &mut HarRun<'_>,
     cap: usize,
 ) -> Result<(), ScanError> {
-    each_entry(scan, cap, &mut |index, entry| match entry {
-        Ok(raw) => run.entry(index, raw),
-        Err(what) => run.entry_error(index, what),
+    each_entry(scan, cap, &mut |index, entry| {
+        match entry {
+            Ok(raw) => run.entry(index, raw),
+            Err(what) => run.entry_error(index, what),
+        }
+        run.flush();
     })
 }
 
@@ -369,6 +390,8 @@ const BATCH_ENTRIES: usize = 64;
 /// Entries handed to an entry thread at once: their raw JSON one after the other.
 #[derive(Default)]
 struct Batch {
+    /// Its place in the order batches are sent.
+    seq: u64,
     bytes: Vec<u8>,
     /// Each entry's index and where its JSON is in `bytes`.
     entries: Vec<(u64, std::ops::Range<usize>)>,
@@ -450,9 +473,77 @@ struct EntrySpan {
     messages: usize,
 }
 
+/// What an entry thread gave for one batch: the batch's place in the order batches were
+/// sent, what its entries added, and how much each added.
+struct Done {
+    seq: u64,
+    resumes: Vec<ResumeRecord>,
+    summaries: Vec<ExchangeSummary>,
+    messages: Vec<(bool, String)>,
+    spans: Vec<EntrySpan>,
+}
+
+/// Batches given back out of order, held until those before them are in, then added in
+/// entry order together with the entries the reading thread skipped.
+#[derive(Default)]
+struct InOrder {
+    next: u64,
+    waiting: std::collections::BTreeMap<u64, Done>,
+    skipped: std::collections::VecDeque<(u64, String)>,
+}
+
+impl InOrder {
+    /// Adds to `run` every batch whose turn has come, and the skipped entries before each
+    /// entry, then hands the records on.
+    fn add_ready(&mut self, run: &mut HarRun<'_>) {
+        while let Some(done) = self.waiting.remove(&self.next) {
+            self.next += 1;
+            let mut resumes = done.resumes.into_iter();
+            let mut summaries = done.summaries.into_iter();
+            let mut messages = done.messages.into_iter();
+            for span in done.spans {
+                self.skipped_before(run, span.index);
+                run.report
+                    .resumes
+                    .extend(resumes.by_ref().take(span.resumes));
+                run.report
+                    .summaries
+                    .extend(summaries.by_ref().take(span.summaries));
+                run.report
+                    .messages
+                    .extend(messages.by_ref().take(span.messages));
+            }
+            run.flush();
+        }
+    }
+
+    /// Reports the skipped entries before entry `index`.
+    fn skipped_before(&mut self, run: &mut HarRun<'_>, index: u64) {
+        while self.skipped.front().is_some_and(|(at, _)| *at < index) {
+            if let Some((at, what)) = self.skipped.pop_front() {
+                run.entry_error(at, what);
+            }
+        }
+    }
+
+    /// Everything is in: adds what is left, in order (a batch that never came back, its
+    /// thread having failed, leaves a gap that is stepped over).
+    fn finish(&mut self, run: &mut HarRun<'_>) {
+        self.add_ready(run);
+        while let Some(&seq) = self.waiting.keys().next() {
+            self.next = seq;
+            self.add_ready(run);
+        }
+        self.skipped_before(run, u64::MAX);
+        run.flush();
+    }
+}
+
 /// [`entries`] with the entries analyzed on `threads` threads while this one reads on:
 /// entries do not depend on one another, so only the order of what they give must be kept,
-/// and it is, entry by entry, as [`entries`] gives it.
+/// and it is, entry by entry, as [`entries`] gives it. Each batch's records come back as soon
+/// as it is analyzed and are handed on in entry order, so that what waits is bounded by the
+/// batches in flight, not by the document.
 fn entries_on_threads<R: Read>(
     scan: &mut Scanner<R>,
     run: &mut HarRun<'_>,
@@ -463,12 +554,14 @@ fn entries_on_threads<R: Read>(
     let (to_threads, queue) = std::sync::mpsc::channel::<Batch>();
     let queue = std::sync::Mutex::new(queue);
     let (give_back, given_back) = std::sync::mpsc::channel::<Vec<u8>>();
-    let mut skipped: Vec<(u64, String)> = Vec::new();
+    let (to_reader, from_threads) = std::sync::mpsc::channel::<Done>();
+    let mut order = InOrder::default();
     let (name, dir, limits) = (run.name, run.dir.clone(), run.limits);
     let (scanned, parts) = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
-            let (queue, in_flight, give_back) = (&queue, &in_flight, give_back.clone());
+            let (queue, in_flight) = (&queue, &in_flight);
+            let (give_back, to_reader) = (give_back.clone(), to_reader.clone());
             let dir = &dir;
             let work = move || {
                 let _stop = StopOnUnwind(in_flight);
@@ -479,6 +572,7 @@ fn entries_on_threads<R: Read>(
                     dir: dir.clone(),
                     limits,
                     report: &mut out,
+                    emit: None,
                 };
                 loop {
                     // The lock is held only to take the next batch.
@@ -500,13 +594,21 @@ fn entries_on_threads<R: Read>(
                             messages: after.2 - before.2,
                         });
                     }
+                    // The reading thread may have finished already.
+                    let _ = to_reader.send(Done {
+                        seq: batch.seq,
+                        resumes: std::mem::take(&mut worker.report.resumes),
+                        summaries: std::mem::take(&mut worker.report.summaries),
+                        messages: std::mem::take(&mut worker.report.messages),
+                        spans: std::mem::take(&mut spans),
+                    });
                     let mut bytes = batch.bytes;
                     in_flight.give(bytes.len().max(1));
-                    // The reading thread reuses the buffer, empty; it may have finished already.
+                    // The reading thread reuses the buffer, empty.
                     bytes.clear();
                     let _ = give_back.send(bytes);
                 }
-                (out, spans)
+                (out.http_exchanges, out.sessions)
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("har entries {i}"))
@@ -518,9 +620,13 @@ fn entries_on_threads<R: Read>(
             }
         }
         drop(give_back);
+        drop(to_reader);
         let threads_started = !handles.is_empty();
         let mut batch = Batch::default();
-        let send = |batch: Batch| {
+        let mut sent = 0u64;
+        let mut send = |mut batch: Batch| {
+            batch.seq = sent;
+            sent += 1;
             // An empty batch still counts a byte, as the thread gives back.
             let n = batch.bytes.len().max(1);
             if in_flight.take(n) && to_threads.send(batch).is_err() {
@@ -534,47 +640,71 @@ fn entries_on_threads<R: Read>(
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(want))
         };
-        let scanned = each_entry(scan, cap, &mut |index, entry| match entry {
-            Ok(raw) if threads_started => {
-                if raw.len() >= BATCH_BYTES {
-                    // A large entry goes alone, in its own buffer (no copy), after the batch
-                    // of the entries before it: each thread must take its entries in order.
-                    if !batch.entries.is_empty() {
-                        send(std::mem::take(&mut batch));
+        let scanned = each_entry(scan, cap, &mut |index, entry| {
+            match entry {
+                Ok(raw) if threads_started => {
+                    if raw.len() >= BATCH_BYTES {
+                        // A large entry goes alone, in its own buffer (no copy), after the
+                        // batch of the entries before it.
+                        if !batch.entries.is_empty() {
+                            send(std::mem::take(&mut batch));
+                        }
+                        let raw = std::mem::replace(raw, spare(raw.len()));
+                        let len = raw.len();
+                        send(Batch {
+                            seq: 0,
+                            bytes: raw,
+                            entries: vec![(index, 0..len)],
+                        });
+                    } else {
+                        if batch.entries.is_empty() && batch.bytes.capacity() == 0 {
+                            batch.bytes = spare(2 * BATCH_BYTES);
+                        }
+                        let at = batch.bytes.len();
+                        batch.bytes.extend_from_slice(raw);
+                        batch.entries.push((index, at..batch.bytes.len()));
+                        if batch.bytes.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES
+                        {
+                            send(std::mem::take(&mut batch));
+                        }
                     }
-                    let raw = std::mem::replace(raw, spare(raw.len()));
-                    let len = raw.len();
-                    send(Batch {
-                        bytes: raw,
-                        entries: vec![(index, 0..len)],
-                    });
-                    return;
                 }
-                if batch.entries.is_empty() && batch.bytes.capacity() == 0 {
-                    batch.bytes = spare(2 * BATCH_BYTES);
+                Ok(raw) => {
+                    run.entry(index, raw);
+                    run.flush();
                 }
-                let at = batch.bytes.len();
-                batch.bytes.extend_from_slice(raw);
-                batch.entries.push((index, at..batch.bytes.len()));
-                if batch.bytes.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES {
-                    send(std::mem::take(&mut batch));
+                Err(what) if threads_started => order.skipped.push_back((index, what)),
+                Err(what) => {
+                    run.entry_error(index, what);
+                    run.flush();
                 }
             }
-            Ok(raw) => run.entry(index, raw),
-            Err(what) if threads_started => skipped.push((index, what)),
-            Err(what) => run.entry_error(index, what),
+            // What the threads have given back so far goes on.
+            for done in from_threads.try_iter() {
+                order.waiting.insert(done.seq, done);
+            }
+            order.add_ready(run);
         });
         if !batch.entries.is_empty() {
             send(batch);
         }
         drop(to_threads);
-        let parts: Vec<(HarExchanges, Vec<EntrySpan>)> = handles
+        // Every thread's sender is gone once it has finished.
+        for done in from_threads.iter() {
+            order.waiting.insert(done.seq, done);
+            order.add_ready(run);
+        }
+        let parts: Vec<(u64, crate::exchange::SessionSet)> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect();
         (scanned, parts)
     });
-    run.merge(parts, skipped);
+    order.finish(run);
+    for (http_exchanges, sessions) in parts {
+        run.report.http_exchanges += http_exchanges;
+        run.report.sessions.extend(sessions.iter());
+    }
     scanned
 }
 
@@ -1003,9 +1133,23 @@ struct HarRun<'r> {
     dir: PathBuf,
     limits: &'r Limits,
     report: &'r mut HarExchanges,
+    /// Where each entry's records go once it is analyzed, in entry order (see [`Emit`]).
+    emit: Option<&'r mut Emit<'r>>,
 }
 
 impl HarRun<'_> {
+    /// Hands the records gathered so far to `emit`, when there is one.
+    fn flush(&mut self) {
+        if let Some(emit) = self.emit.as_mut()
+            && !(self.report.resumes.is_empty() && self.report.summaries.is_empty())
+        {
+            emit(
+                std::mem::take(&mut self.report.resumes),
+                std::mem::take(&mut self.report.summaries),
+            );
+        }
+    }
+
     fn entry_error(&mut self, index: u64, what: String) {
         self.report
             .messages
@@ -1028,60 +1172,6 @@ impl HarRun<'_> {
             self.report.summaries.len(),
             self.report.messages.len(),
         )
-    }
-
-    /// Adds what the entry threads gave (`parts`, each thread's lists with what each of its
-    /// entries added) and the entries skipped while reading, in entry order.
-    fn merge(&mut self, parts: Vec<(HarExchanges, Vec<EntrySpan>)>, skipped: Vec<(u64, String)>) {
-        struct Part {
-            resumes: std::vec::IntoIter<ResumeRecord>,
-            summaries: std::vec::IntoIter<ExchangeSummary>,
-            messages: std::vec::IntoIter<(bool, String)>,
-            spans: std::iter::Peekable<std::vec::IntoIter<EntrySpan>>,
-        }
-        let mut rest = Vec::with_capacity(parts.len());
-        for (out, spans) in parts {
-            self.report.http_exchanges += out.http_exchanges;
-            self.report.sessions.extend(out.sessions.iter());
-            rest.push(Part {
-                resumes: out.resumes.into_iter(),
-                summaries: out.summaries.into_iter(),
-                messages: out.messages.into_iter(),
-                spans: spans.into_iter().peekable(),
-            });
-        }
-        let mut skipped = skipped.into_iter().peekable();
-        loop {
-            // Each thread took its entries in order, so the next entry is at the head of one
-            // thread's list, or the next skipped one.
-            let next = rest
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(i, p)| p.spans.peek().map(|s| (s.index, i)))
-                .min();
-            match (next, skipped.peek()) {
-                (Some((index, _)), Some((at, _))) if *at < index => {}
-                (None, None) => return,
-                (None, Some(_)) => {}
-                (Some((_, i)), _) => {
-                    let p = &mut rest[i];
-                    let Some(span) = p.spans.next() else { continue };
-                    self.report
-                        .resumes
-                        .extend(p.resumes.by_ref().take(span.resumes));
-                    self.report
-                        .summaries
-                        .extend(p.summaries.by_ref().take(span.summaries));
-                    self.report
-                        .messages
-                        .extend(p.messages.by_ref().take(span.messages));
-                    continue;
-                }
-            }
-            if let Some((index, what)) = skipped.next() {
-                self.entry_error(index, what);
-            }
-        }
     }
 
     fn entry(&mut self, index: u64, raw: &[u8]) {
@@ -1643,8 +1733,28 @@ mod tests {
     }
 
     /// `read_har_bounded`'s answer in a comparable form (the session set by its members).
+    /// Handed on as the entries are read, the records are the same, in the same order, none
+    /// left in the report, each resume in the same call as its exchange's summary.
     fn exchanges(data: &[u8], cap: usize, threads: usize) -> String {
-        let r = read_har_bounded("t.har", data, &Limits::default(), cap, threads);
+        let (mut resumes, mut summaries) = (Vec::new(), Vec::new());
+        let mut emit = |rs: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>| {
+            for r in &rs {
+                assert!(
+                    xs.iter()
+                        .any(|x| x.connection.har_entry == r.connection.har_entry),
+                    "{r:?}"
+                );
+            }
+            resumes.extend(rs);
+            summaries.extend(xs);
+        };
+        let limits = Limits::default();
+        let streamed = read_har_bounded("t.har", data, &limits, cap, threads, Some(&mut emit));
+        assert!(streamed.resumes.is_empty() && streamed.summaries.is_empty());
+        let r = read_har_bounded("t.har", data, &limits, cap, threads, None);
+        assert_eq!(format!("{resumes:?}"), format!("{:?}", r.resumes));
+        assert_eq!(format!("{summaries:?}"), format!("{:?}", r.summaries));
+        assert_eq!(streamed.messages, r.messages);
         let sessions: Vec<u64> = r.sessions.iter().collect();
         format!(
             "{:?}\n{:?}\n{:?}\n{}\n{sessions:?}",
@@ -1896,7 +2006,7 @@ mod tests {
     #[test]
     fn an_oversized_entry_is_skipped_and_named() {
         let data = fixture("mixed.har");
-        let report = read_har_bounded("m.har", &data[..], &Limits::default(), 1500, 1);
+        let report = read_har_bounded("m.har", &data[..], &Limits::default(), 1500, 1, None);
         let errors: Vec<&String> = report.messages.iter().map(|(_, t)| t).collect();
         assert!(!errors.is_empty());
         assert!(
