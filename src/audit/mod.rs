@@ -22,6 +22,9 @@
 //! - Memory: the facts each summary carries are capped where they are gathered; the stage
 //!   holds the summaries of sessions not yet audited (bounded as above), and an index of
 //!   [`MAX_CROSS_IDS`] distinctive ids for the cross-session check.
+//! - A HAR's exchanges come whole and in the order of its entries: [`HarFeed`] puts them in
+//!   order of start within half the retention budget before the stage takes them, and counts
+//!   those it could not.
 
 mod hops;
 pub mod idshape;

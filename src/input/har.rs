@@ -15,16 +15,17 @@
 //!   bytes, at most `max_entry_bytes`), deserialized in place by serde_json (strings borrowed),
 //!   its body text unescaped by serde_json (one copy, no larger than the text), base64-decoded
 //!   by the `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
-//!   Memory is about twice the largest entry plus constant buffers, plus the records each
-//!   entry gives (kept to the end, a few KiB an event stream). With entry threads (`-j2` and
-//!   more on one HAR), one thread reads entries while the others analyze them, small ones
-//!   handed over in batches: up to [`IN_FLIGHT_BYTES`] of entries wait or are analyzed at once
-//!   (an entry larger than that alone), so memory is then about that, or three times the
-//!   largest entry (one read while one is analyzed), plus constant buffers.
+//!   Memory is about twice the largest entry plus constant buffers; the records each entry
+//!   gives (a few KiB an event stream) are handed on as soon as it is analyzed ([`Emit`]), to
+//!   the session stage's queue in order of start (`audit::HarFeed`). With entry threads
+//!   (`-j2` and more on one HAR), one thread reads entries while the others analyze them,
+//!   small ones handed over in batches: up to [`IN_FLIGHT_BYTES`] of entries wait or are
+//!   analyzed at once (an entry larger than that alone), so memory is then about that, or
+//!   three times the largest entry (one read while one is analyzed), plus constant buffers.
 //! - Order: the tracker keeps no state from one exchange to the next, so entries can be
-//!   analyzed on any thread; what each gives is put back in file order, and only the small
-//!   records are sorted afterwards (by the driver, by `startedDateTime` then entry index). No
-//!   second pass, no body kept for sorting.
+//!   analyzed on any thread; what each gives is put back in file order batch by batch as the
+//!   threads give it back, and the session stage puts the small records in order of start
+//!   (`startedDateTime`, then entry index). No second pass, no body kept for sorting.
 //! - A HAR cannot prove that a server sent nothing: an event stream whose body is absent,
 //!   empty, or marked as cut short ends as `capture_incomplete` with a reason that says why,
 //!   unless the entry itself proves the body whole (a `Content-Length` equal to what was
