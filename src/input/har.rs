@@ -387,6 +387,11 @@ const IN_FLIGHT_BYTES: usize = 4 << 20;
 /// allocation an entry.)
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_ENTRIES: usize = 64;
+/// Batches analyzed and given back while an earlier one is still being analyzed (a large
+/// entry, say) that the reading thread holds before it waits for that one: what they gave
+/// cannot go on before it, and would otherwise pile up. (One in unit tests, so that they wait
+/// often.)
+const BATCHES_BACK: usize = if cfg!(test) { 1 } else { 16 };
 
 /// Entries handed to an entry thread at once: their raw JSON one after the other.
 #[derive(Default)]
@@ -452,6 +457,11 @@ impl InFlight {
     fn stop(&self) {
         self.lock().stopped = true;
         self.changed.notify_all();
+    }
+
+    /// An entry thread has stopped.
+    fn stopped(&self) -> bool {
+        self.lock().stopped
     }
 }
 
@@ -683,6 +693,19 @@ fn entries_on_threads<R: Read>(
             // What the threads have given back so far goes on.
             for done in from_threads.try_iter() {
                 order.waiting.insert(done.seq, done);
+            }
+            // Every batch sent is analyzed unless a thread stops (then nothing waits for it).
+            while order.waiting.len() > BATCHES_BACK
+                && !order.waiting.contains_key(&order.next)
+                && !in_flight.stopped()
+            {
+                match from_threads.recv_timeout(std::time::Duration::from_millis(20)) {
+                    Ok(done) => {
+                        order.waiting.insert(done.seq, done);
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
             }
             order.add_ready(run);
         });
