@@ -523,3 +523,61 @@ fn a_har_out_of_order_past_the_session_memory_says_so() {
     assert!(!whole.stderr.contains("began before"), "{}", whole.stderr);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A HAR of several hundred entries (many batches on the entry threads, given back out of
+/// order) gives the same facts to a map step and the same report at any `-j`, also when the
+/// session memory is small enough that sessions are audited early and entries wait in order.
+#[test]
+fn a_long_har_gives_the_same_facts_and_report_at_any_j() {
+    let msg = |n: usize| {
+        format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n}}}}}"#)
+    };
+    let mut entries = Vec::new();
+    for i in 0..600usize {
+        let sid = format!("sess-{}", i % 9);
+        let first = i * 10;
+        let events: Vec<(String, String)> = (0..1 + i % 12)
+            .map(|k| ((first + k).to_string(), msg(k)))
+            .collect();
+        let body: String = events
+            .iter()
+            .map(|(id, data)| format!("id: {id}\ndata: {data}\n\n"))
+            .collect();
+        // Every third a resume; the times go back now and then by a few seconds.
+        let last = (i % 3 == 0 && i > 9).then(|| (first - 85).to_string());
+        let second = (i as u64 * 2).saturating_sub(if i % 17 == 0 { 5 } else { 0 });
+        let mut e = entry(second % 60, "GET", Some(&sid), last.as_deref(), &body);
+        e["startedDateTime"] = json!(format!(
+            "2026-11-09T{:02}:{:02}:{:02}.000Z",
+            10 + second / 3600,
+            (second / 60) % 60,
+            second % 60
+        ));
+        entries.push(e);
+    }
+    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                             "entries": entries}});
+    let dir = scratch("long");
+    let path = dir.join("long.har");
+    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let p = path.to_str().unwrap();
+    let out = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).arg(p).output().expect("run");
+        (o.stdout, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let facts = out(&["-j1", "--emit-facts", "-"]);
+    assert!(facts.0.len() > 100_000, "{}", facts.0.len());
+    let small = ["--sessions", "--session-memory", "96KiB"];
+    let report = out(&[&["-j1"][..], &small].concat());
+    let early = run(&[&["-q", "-j1"][..], &small, &[p]].concat());
+    assert!(
+        early.summary["sessions_retired_early"].as_u64().unwrap() > 0,
+        "{}",
+        early.summary
+    );
+    for j in ["-j2", "-j3", "-j8"] {
+        assert!(out(&[j, "--emit-facts", "-"]) == facts, "facts at {j}");
+        assert!(out(&[&[j][..], &small].concat()) == report, "report at {j}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
