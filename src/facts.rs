@@ -1028,7 +1028,14 @@ impl<W: Write + Send> FactSink for FactsWriter<W> {
         self.put(&f);
     }
     fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+        // Entry by entry (both lists are in entry order): its summary, then its resumes. The
+        // lines do not depend on how the entries were grouped into calls (so not on `-j`).
+        let mut rs = resumes.iter().peekable();
         for x in &xs {
+            let entry = x.connection.har_entry;
+            while let Some(r) = rs.next_if(|r| r.connection.har_entry < entry) {
+                self.har_resume(r);
+            }
             let f = Fact::Har {
                 input: self.input.clone(),
                 seq: self.seq,
@@ -1037,20 +1044,30 @@ impl<W: Write + Send> FactSink for FactsWriter<W> {
                 resume: None,
             };
             self.put(&f);
+            while let Some(r) = rs.next_if(|r| r.connection.har_entry == entry) {
+                self.har_resume(r);
+            }
         }
-        for r in &resumes {
-            let f = Fact::Har {
-                input: self.input.clone(),
-                seq: self.seq,
-                session_id: r.session_id.clone(),
-                summary: None,
-                resume: XResume::of(r).map(Box::new),
-            };
-            self.put(&f);
+        for r in rs {
+            self.har_resume(r);
         }
     }
     fn finish(&mut self) -> StageStats {
         StageStats::default()
+    }
+}
+
+impl<W: Write + Send> FactsWriter<W> {
+    /// One resume of a HAR document.
+    fn har_resume(&mut self, r: &ResumeRecord) {
+        let f = Fact::Har {
+            input: self.input.clone(),
+            seq: self.seq,
+            session_id: r.session_id.clone(),
+            summary: None,
+            resume: XResume::of(r).map(Box::new),
+        };
+        self.put(&f);
     }
 }
 

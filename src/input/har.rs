@@ -523,10 +523,8 @@ impl InOrder {
                 run.report
                     .messages
                     .extend(messages.by_ref().take(span.messages));
-                // Entry by entry, as one thread hands them on: the facts a map step writes
-                // do not depend on `-j` either.
-                run.flush();
             }
+            run.flush();
         }
     }
 
