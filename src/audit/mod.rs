@@ -2499,9 +2499,10 @@ fn highest_sent<'a>(
             continue;
         }
         let Some(s) = stream_of(xs, j) else { continue };
-        let candidate = match &s.max_int_id {
-            Some(m) if m.mark.frame < before && integer => Some((m.text.as_str(), m.mark)),
-            _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
+        let candidate = if integer {
+            decimal_offer(s, before)
+        } else {
+            last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m)))
         };
         let Some((text, mark)) = candidate else {
             continue;
