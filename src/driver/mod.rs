@@ -310,30 +310,20 @@ impl InputReport {
     /// Counts what the session stage did, and says what it could not take in order.
     fn stage_stats(&mut self, stats: audit::StageStats) {
         self.stats.sessions_retired_early += stats.sessions_retired_early;
-        if stats.har_entries_late > 0 {
+        let late = stats.har_entries_late;
+        if late > 0 {
+            let (began, whose, them) = if late == 1 {
+                ("entry began", "its session", "it")
+            } else {
+                ("entries began", "their sessions", "them")
+            };
             self.messages.push((
                 false,
                 format!(
-                    "{}: {} {} before entries already audited (the HAR is out of order of \
-                     startedDateTime by more than --session-memory holds): {} may have been \
-                     audited without {}",
-                    self.input,
-                    stats.har_entries_late,
-                    if stats.har_entries_late == 1 {
-                        "entry began"
-                    } else {
-                        "entries began"
-                    },
-                    if stats.har_entries_late == 1 {
-                        "its session"
-                    } else {
-                        "their sessions"
-                    },
-                    if stats.har_entries_late == 1 {
-                        "it"
-                    } else {
-                        "them"
-                    },
+                    "{}: {late} {began} before entries already audited (the HAR is out of order \
+                     of startedDateTime by more than --session-memory holds): {whose} may have \
+                     been audited without {them}",
+                    self.input
                 ),
             ));
         }
