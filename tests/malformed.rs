@@ -614,3 +614,44 @@ fn a_flood_of_open_connections_is_evicted_and_said_so() {
         Some(u64::from(n) / 4096)
     );
 }
+
+/// Found by the `pipeline` fuzz target (kept in `fixtures/malformed/fuzz/pipeline/`): a
+/// connection replaced by a new one on its 4-tuple is ended by the reader once its patience
+/// is over, and what finishing it gave the session stage was keyed by the frame where it was
+/// replaced, earlier than frames the reader had already passed. With one worker the stage took
+/// it at once; with two, in key order before events the other worker had not yet let go. So a
+/// session retired before a later resume at `-j1` and kept it at `-j2`: two reports. The key is
+/// now the frame being read when the reader ends the connection.
+#[test]
+fn a_replaced_connection_ended_late_gives_one_report_at_any_thread_count() {
+    let path = corpus_dir().join("fuzz/pipeline/replaced-connection-ended-late.pcap");
+    let report = |j: &str| {
+        let r = run_paths(&[&path], &[j, "--max-connections", "3", "--sessions"]);
+        // A verdict other than correct comes first; the file's damaged end is an error too.
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("exceeds the 16777216 byte limit"),
+            "{}",
+            r.stderr
+        );
+        (r.resumes, r.summary)
+    };
+    let (lines, summary) = report("-j1");
+    for j in ["-j2", "-j3"] {
+        assert_eq!(report(j), (lines.clone(), summary.clone()), "{j}");
+    }
+    // The session ended (DELETE answered, nothing left open) before the resume at frame 239
+    // arrived: the resume is audited in a view of its own, where the Last-Event-ID it sends
+    // was never delivered.
+    let late = lines
+        .iter()
+        .find(|l| l["type"] == "resume" && l["request_frame"] == 239)
+        .expect("the resume of frame 239");
+    assert_eq!(late["cursor"]["status"], "not_seen");
+    let views: Vec<usize> = lines
+        .iter()
+        .filter(|l| l["type"] == "session" && l["session_id"] == late["session_id"])
+        .map(|v| v["exchanges"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(views, [4, 1]);
+}

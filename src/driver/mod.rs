@@ -583,11 +583,12 @@ fn analyze_decompressed(
     map_reader(name, std::io::Cursor::new(prefix).chain(src), opts, sink)
 }
 
-impl From<FlowEvent> for ShardMsg {
-    fn from(e: FlowEvent) -> Self {
+impl ShardMsg {
+    /// The message for a flow table's event, given while the reader is at `frame`.
+    fn from_flow(e: FlowEvent, frame: u64) -> Self {
         match e {
             FlowEvent::Open(s, a, b, syn) => ShardMsg::Open(s, a, b, syn),
-            FlowEvent::End(s, how, mark) => ShardMsg::End(s, how, mark),
+            FlowEvent::End(s, how, mark) => ShardMsg::End(s, how, mark, frame),
         }
     }
 }
@@ -603,8 +604,11 @@ enum ShardMsg {
     Open(u64, Endpoint, Endpoint, bool),
     Packet(FlowPacket, usize, usize),
     /// The connection is over for the reader (evicted, or replaced by a new one on the same
-    /// 4-tuple): finish it now.
-    End(u64, StreamEnd, Mark),
+    /// 4-tuple): finish it now. The mark is where it ended (a replaced connection's, when it
+    /// was replaced); the frame is the one being read when the reader ended it, the key of
+    /// what finishing it gives the session stage: a key below the frames the shard already
+    /// said it was past would be taken in a different order with one shard than with two.
+    End(u64, StreamEnd, Mark, u64),
 }
 
 /// What a shard hands the session stage about one exchange.
@@ -851,11 +855,11 @@ impl Shard {
         }
         self.lists.take_back(&mut c.tracker);
         if c.tcp.is_closed() {
-            self.close(m.stream, StreamEnd::CaptureEnd, m.mark);
+            self.close(m.stream, StreamEnd::CaptureEnd, m.mark, m.mark.frame);
         } else if c.app.is_done() {
             // Not readable (or no longer): its state goes now, and its later packets find no
             // connection, so they cost one lookup each.
-            self.close(m.stream, StreamEnd::Abandoned, m.mark);
+            self.close(m.stream, StreamEnd::Abandoned, m.mark, m.mark.frame);
         }
     }
 
@@ -871,8 +875,10 @@ impl Shard {
         }
     }
 
-    /// Finishes a connection: what is buffered is flushed, open exchanges are decided.
-    fn close(&mut self, stream: u64, how: StreamEnd, mark: Mark) {
+    /// Finishes a connection that ended at `mark`: what is buffered is flushed, open exchanges
+    /// are decided. What it gives the session stage is keyed by frame `at`, the one being read
+    /// (or [`END_OF_INPUT`]).
+    fn close(&mut self, stream: u64, how: StreamEnd, mark: Mark, at: u64) {
         let Some(mut c) = self.conns.remove(&stream) else {
             if let Some((reason, server, bytes)) = self.unread.remove(&stream) {
                 self.count_unread(reason, server, bytes);
@@ -910,11 +916,7 @@ impl Shard {
                     )
             });
         c.tracker.finish(server_end, server_gaps, mark);
-        let frame = if self.finishing {
-            END_OF_INPUT
-        } else {
-            mark.frame
-        };
+        let frame = if self.finishing { END_OF_INPUT } else { at };
         drain(stream, &mut c, frame, &mut self.events);
         self.lists.take_back(&mut c.tracker);
         if c.tracker.opened.is_empty() {
@@ -1001,7 +1003,7 @@ impl Shard {
     fn handle(&mut self, msg: ShardMsg, bytes: &[u8]) {
         match msg {
             ShardMsg::Packet(m, from, to) => self.packet(&m, bytes.get(from..to).unwrap_or(&[])),
-            ShardMsg::End(stream, how, mark) => self.close(stream, how, mark),
+            ShardMsg::End(stream, how, mark, at) => self.close(stream, how, mark, at),
             ShardMsg::Open(stream, a, b, from_start) => self.open(stream, (a, b), from_start),
             ShardMsg::Keys(keys) => self.keys = keys,
         }
@@ -1013,7 +1015,7 @@ impl Shard {
         open.extend(self.unread.keys());
         open.sort_unstable();
         for s in open {
-            self.close(s, StreamEnd::CaptureEnd, mark);
+            self.close(s, StreamEnd::CaptureEnd, mark, END_OF_INPUT);
         }
         self
     }
@@ -1459,7 +1461,9 @@ fn read_packets<'a, D: Dispatch>(
             }
             match decode::decode(packet.linktype, packet.data) {
                 Ok(tcp) => {
-                    let msg = table.classify(&tcp, mark, frame, |e| sink.control(e.into()));
+                    let msg = table.classify(&tcp, mark, frame, |e| {
+                        sink.control(ShardMsg::from_flow(e, frame))
+                    });
                     sink.packet(msg, tcp.payload);
                 }
                 Err(skip) => *report.stats.skipped.entry(skip_name(skip)).or_insert(0) += 1,
@@ -1467,7 +1471,7 @@ fn read_packets<'a, D: Dispatch>(
             if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
                 table.sweep(mark, &mut ends);
                 for e in ends.drain(..) {
-                    sink.control(e.into());
+                    sink.control(ShardMsg::from_flow(e, frame));
                 }
             }
             sink.frame_done(frame);
