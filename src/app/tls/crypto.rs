@@ -232,6 +232,13 @@ pub(crate) fn hkdf_expand_label(
     context: &[u8],
     out: &mut [u8],
 ) {
+    let prk = hkdf::Prk::new_less_safe(hash.hkdf(), secret);
+    expand_label(&prk, label, context, out);
+}
+
+/// HKDF-Expand-Label from a secret already made an HMAC key: a traffic secret gives its key
+/// and its IV from one key (each key made costs two blocks of the hash).
+fn expand_label(prk: &hkdf::Prk, label: &[u8], context: &[u8], out: &mut [u8]) {
     // Every caller asks for a key, an IV or a secret: all short, all fixed, so the length
     // bytes below cannot overflow and ring's expand cannot fail.
     let out_len = (out.len() as u16).to_be_bytes();
@@ -245,7 +252,6 @@ pub(crate) fn hkdf_expand_label(
         &context_len,
         context,
     ];
-    let prk = hkdf::Prk::new_less_safe(hash.hkdf(), secret);
     if let Ok(okm) = prk.expand(&info, OutLen(out.len())) {
         // Fails only when out is longer than 255 hash lengths, which no caller asks for.
         let _ = okm.fill(out);
@@ -335,8 +341,9 @@ impl RecordKey {
         let mut key = [0u8; 32];
         let key = &mut key[..suite.aead.key_len()];
         let mut iv = [0u8; 12];
-        hkdf_expand_label(suite.hash, secret.as_bytes(), b"key", b"", key);
-        hkdf_expand_label(suite.hash, secret.as_bytes(), b"iv", b"", &mut iv);
+        let prk = hkdf::Prk::new_less_safe(suite.hash.hkdf(), secret.as_bytes());
+        expand_label(&prk, b"key", b"", key);
+        expand_label(&prk, b"iv", b"", &mut iv);
         RecordKey::new(suite.aead, key, iv, RecordMode::Tls13)
     }
 
