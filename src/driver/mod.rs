@@ -1170,6 +1170,15 @@ impl<'s> Merger<'s> {
     }
 
     fn take(&mut self, shard: usize, done: u64, events: &mut Vec<Keyed>) {
+        // The merge's premise: what a shard hands over is keyed past the frames it said it was
+        // past before. An event keyed below would be taken in another order with one shard
+        // than with two (checked where debug assertions are on: tests, fuzz targets).
+        debug_assert!(
+            self.done
+                .get(shard)
+                .is_none_or(|&past| events.iter().all(|e| e.frame > past)),
+            "shard {shard} handed over an event keyed at or below a frame it had said it was past"
+        );
         self.pending.append(events);
         if let Some(d) = self.done.get_mut(shard) {
             *d = (*d).max(done);
