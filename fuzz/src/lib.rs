@@ -552,7 +552,9 @@ pub fn sse_parser(data: &[u8]) {
 // The whole pipeline.
 
 /// Runs the whole analysis on `data` as one capture, with small limits so that eviction,
-/// out-of-order overflow and head limits are reachable by small inputs.
+/// out-of-order overflow and head limits are reachable by small inputs; then again with two
+/// workers (a reader, two shards and the session stage on threads of their own), which must
+/// give the same records, counters and messages.
 pub fn pipeline(data: &[u8]) {
     let opts = Options {
         threads: 1,
@@ -571,6 +573,28 @@ pub fn pipeline(data: &[u8]) {
     };
     let report = driver::analyze_reader("fuzz-input", data, &opts);
     assert!(report.stats.connections_evicted <= report.stats.tcp_connections);
+    let on_two = driver::analyze_reader(
+        "fuzz-input",
+        data,
+        &Options {
+            threads: 2,
+            ..opts.clone()
+        },
+    );
+    assert_eq!(report.resumes, on_two.resumes, "resumes depend on threads");
+    assert_eq!(
+        report.findings, on_two.findings,
+        "findings depend on threads"
+    );
+    assert_eq!(
+        report.views, on_two.views,
+        "session views depend on threads"
+    );
+    assert_eq!(report.stats, on_two.stats, "counters depend on threads");
+    assert_eq!(
+        report.messages, on_two.messages,
+        "messages depend on threads"
+    );
     let mut out = Vec::new();
     for r in &report.resumes {
         mcp_resume_audit::write_resume(&mut out, "fuzz-input", r).expect("writing to memory");
@@ -623,7 +647,9 @@ impl Read for PieceReader<'_> {
 }
 
 /// Reads `data` as a HAR document (the pipeline recognizes it by content), once whole and once
-/// served in small reads; resumes, counters and messages must be the same.
+/// served in small reads; resumes, counters and messages must be the same. Then on two entry
+/// threads, with the session memory unbounded and small (up to 16 KiB, from the last byte):
+/// the records, views, counters and messages must be those of one thread.
 /// The input's name points into a folder that does not exist, so `content._file` bodies are
 /// never found (the fuzzer must not read files).
 pub fn har(data: &[u8]) {
@@ -633,6 +659,10 @@ pub fn har(data: &[u8]) {
             max_header_bytes: 512,
             max_sse_field_bytes: 32,
             ..Limits::default()
+        },
+        forensic: mcp_resume_audit::AuditOptions {
+            id_pattern: None,
+            views: true,
         },
         ..Options::default()
     };
@@ -652,6 +682,31 @@ pub fn har(data: &[u8]) {
     assert_eq!(
         whole.messages, cut.messages,
         "HAR messages depend on read sizes"
+    );
+    // Entries analyzed on threads give what one thread gives: their records come back from
+    // the threads out of order and are put back in entry order. So too with a session memory
+    // small enough that the stage audits sessions early and entries wait in order of start.
+    let threads = |n: usize, memory_bytes: usize| Options {
+        threads: n,
+        retention: mcp_resume_audit::Retention { memory_bytes },
+        ..opts.clone()
+    };
+    let same = |a: &driver::InputReport, b: &driver::InputReport, what: &str| {
+        assert_eq!(a.resumes, b.resumes, "HAR resumes depend on {what}");
+        assert_eq!(a.findings, b.findings, "HAR findings depend on {what}");
+        assert_eq!(a.views, b.views, "HAR session views depend on {what}");
+        assert_eq!(a.stats, b.stats, "HAR counters depend on {what}");
+        assert_eq!(a.messages, b.messages, "HAR messages depend on {what}");
+    };
+    let on_two = driver::analyze_reader(name, data, &threads(2, opts.retention.memory_bytes));
+    same(&whole, &on_two, "threads");
+    let memory = usize::from(seed) * 64;
+    let tight = driver::analyze_reader(name, data, &threads(1, memory));
+    let tight_on_two = driver::analyze_reader(name, data, &threads(2, memory));
+    same(
+        &tight,
+        &tight_on_two,
+        "threads under a small session memory",
     );
 }
 
