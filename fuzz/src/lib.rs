@@ -551,6 +551,16 @@ pub fn sse_parser(data: &[u8]) {
 // ---------------------------------------------------------------------------------------------
 // The whole pipeline.
 
+/// Asserts that two runs on one input gave the same records, counters and messages; `what`
+/// names how the runs differed.
+fn same_report(a: &driver::InputReport, b: &driver::InputReport, what: &str) {
+    assert_eq!(a.resumes, b.resumes, "resumes depend on {what}");
+    assert_eq!(a.findings, b.findings, "findings depend on {what}");
+    assert_eq!(a.views, b.views, "session views depend on {what}");
+    assert_eq!(a.stats, b.stats, "counters depend on {what}");
+    assert_eq!(a.messages, b.messages, "messages depend on {what}");
+}
+
 /// Runs the whole analysis on `data` as one capture, with small limits so that eviction,
 /// out-of-order overflow and head limits are reachable by small inputs; then again with two
 /// workers (a reader, two shards and the session stage on threads of their own), which must
@@ -581,20 +591,7 @@ pub fn pipeline(data: &[u8]) {
             ..opts.clone()
         },
     );
-    assert_eq!(report.resumes, on_two.resumes, "resumes depend on threads");
-    assert_eq!(
-        report.findings, on_two.findings,
-        "findings depend on threads"
-    );
-    assert_eq!(
-        report.views, on_two.views,
-        "session views depend on threads"
-    );
-    assert_eq!(report.stats, on_two.stats, "counters depend on threads");
-    assert_eq!(
-        report.messages, on_two.messages,
-        "messages depend on threads"
-    );
+    same_report(&report, &on_two, "threads");
     let mut out = Vec::new();
     for r in &report.resumes {
         mcp_resume_audit::write_resume(&mut out, "fuzz-input", r).expect("writing to memory");
@@ -691,19 +688,12 @@ pub fn har(data: &[u8]) {
         retention: mcp_resume_audit::Retention { memory_bytes },
         ..opts.clone()
     };
-    let same = |a: &driver::InputReport, b: &driver::InputReport, what: &str| {
-        assert_eq!(a.resumes, b.resumes, "HAR resumes depend on {what}");
-        assert_eq!(a.findings, b.findings, "HAR findings depend on {what}");
-        assert_eq!(a.views, b.views, "HAR session views depend on {what}");
-        assert_eq!(a.stats, b.stats, "HAR counters depend on {what}");
-        assert_eq!(a.messages, b.messages, "HAR messages depend on {what}");
-    };
     let on_two = driver::analyze_reader(name, data, &threads(2, opts.retention.memory_bytes));
-    same(&whole, &on_two, "threads");
+    same_report(&whole, &on_two, "threads");
     let memory = usize::from(seed) * 64;
     let tight = driver::analyze_reader(name, data, &threads(1, memory));
     let tight_on_two = driver::analyze_reader(name, data, &threads(2, memory));
-    same(
+    same_report(
         &tight,
         &tight_on_two,
         "threads under a small session memory",
