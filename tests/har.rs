@@ -38,6 +38,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
+/// A HAR 1.2 document of `entries`, written as `file` in a scratch folder of its own: the
+/// folder (for the test to remove) and the file.
+fn write_har(tag: &str, file: &str, entries: Vec<Value>) -> (PathBuf, PathBuf) {
+    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+                             "entries": entries}});
+    let dir = scratch(tag);
+    let path = dir.join(file);
+    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    (dir, path)
+}
+
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mra-har-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -381,11 +392,7 @@ fn earlier_streams_of_a_har_give_the_session_its_facts() {
             &sse(&[(&c(1), progress("t1", 1))]),
         ),
     ];
-    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
-                             "entries": entries}});
-    let dir = scratch("earlier-streams");
-    let path = dir.join("sessions.har");
-    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let (dir, path) = write_har("earlier-streams", "sessions.har", entries);
     let r = run(&["-q", "-j1", path.to_str().unwrap()]);
     let findings: Vec<&Value> = r
         .resumes
@@ -447,11 +454,7 @@ fn a_stream_that_ends_after_the_delete_stays_in_its_session() {
             &sse(&[("d-43", msg.to_string())]),
         ),
     ];
-    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
-                             "entries": entries}});
-    let dir = scratch("after-delete");
-    let path = dir.join("late-get.har");
-    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let (dir, path) = write_har("after-delete", "late-get.har", entries);
     let r = run(&["-q", "-j1", "--sessions", path.to_str().unwrap()]);
     let views: Vec<&Value> = r
         .resumes
@@ -491,11 +494,7 @@ fn a_har_out_of_order_past_the_session_memory_says_so() {
             &sse(&[("l-43", msg.to_string())]),
         ),
     ];
-    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
-                             "entries": entries}});
-    let dir = scratch("late-entry");
-    let path = dir.join("late.har");
-    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let (dir, path) = write_har("late-entry", "late.har", entries);
     let p = path.to_str().unwrap();
     let views = |r: &Run| {
         r.resumes
@@ -555,11 +554,7 @@ fn a_long_har_gives_the_same_facts_and_report_at_any_j() {
         ));
         entries.push(e);
     }
-    let har = json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
-                             "entries": entries}});
-    let dir = scratch("long");
-    let path = dir.join("long.har");
-    std::fs::write(&path, serde_json::to_vec(&har).unwrap()).unwrap();
+    let (dir, path) = write_har("long", "long.har", entries);
     let p = path.to_str().unwrap();
     let out = |args: &[&str]| {
         let o = Command::new(bin()).args(args).arg(p).output().expect("run");
