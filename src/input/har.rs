@@ -13,8 +13,9 @@
 //! Invariants:
 //! - Streaming: the document is scanned in fixed-size reads; one entry at a time is held (raw
 //!   bytes, at most `max_entry_bytes`), deserialized in place by serde_json (strings borrowed),
-//!   its body text unescaped by serde_json (one copy, no larger than the text), base64-decoded
-//!   by the `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
+//!   its body text unescaped once (one copy, no larger than the text: in the pass that finds
+//!   it for a plain entry, `body_text`, by serde_json for any other), base64-decoded by the
+//!   `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
 //!   Memory is about twice the largest entry plus constant buffers; the records each entry
 //!   gives (a few KiB an event stream) are handed on as soon as it is analyzed ([`Emit`]), to
 //!   the session stage's queue in order of start (`audit::HarFeed`). With entry threads
@@ -44,6 +45,7 @@ use memchr::memchr2;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::body_text;
 use crate::audit::verdict::{Decision, Verdict};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
 use crate::record::{
@@ -231,6 +233,8 @@ pub fn read_har_bounded<R: Read>(
             Some(e) => Some(e as &mut Emit<'_>),
             None => None,
         },
+        body_text: true,
+        scratch: EntryScratch::default(),
     };
     let walked = walk(&mut scan, &mut run, max_entry_bytes, threads);
     if let Err(e) = walked {
@@ -584,6 +588,8 @@ fn entries_on_threads<R: Read>(
                     limits,
                     report: &mut out,
                     emit: None,
+                    body_text: true,
+                    scratch: EntryScratch::default(),
                 };
                 loop {
                     // The lock is held only to take the next batch.
@@ -1159,7 +1165,21 @@ struct HarRun<'r> {
     report: &'r mut HarExchanges,
     /// Where each entry's records go once it is analyzed, in entry order (see [`Emit`]).
     emit: Option<&'r mut Emit<'r>>,
+    /// Body texts of plain entries decoded in the pass that finds them ([`body_text`]); off,
+    /// serde_json reads every entry whole (the answers are the same).
+    body_text: bool,
+    scratch: EntryScratch,
 }
+
+/// Buffers one entry after another decodes into: its body text, and the entry without it.
+#[derive(Default)]
+struct EntryScratch {
+    text: Vec<u8>,
+    cut: Vec<u8>,
+}
+
+/// Capacity of [`EntryScratch`]'s buffers kept from one entry to the next.
+const SCRATCH_KEPT: usize = 1 << 20;
 
 impl HarRun<'_> {
     /// Hands the records gathered so far to `emit`, when there is one.
@@ -1205,7 +1225,43 @@ impl HarRun<'_> {
     }
 
     fn try_entry(&mut self, index: u64, raw: &[u8]) -> Result<(), String> {
-        let e: Entry<'_> = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.try_entry_with(index, raw, &mut scratch);
+        // Kept for the next entry only while small: one huge body does not hold its memory
+        // for the rest of the run.
+        if scratch.text.capacity() <= SCRATCH_KEPT && scratch.cut.capacity() <= SCRATCH_KEPT {
+            self.scratch = scratch;
+        }
+        result
+    }
+
+    fn try_entry_with(
+        &mut self,
+        index: u64,
+        raw: &[u8],
+        scratch: &mut EntryScratch,
+    ) -> Result<(), String> {
+        // A plain entry's body text is decoded in the pass that finds it, and serde_json reads
+        // the entry without it; any other entry is read by serde_json whole, as are entries
+        // whose rest it refuses (its message then names the place in the entry as written).
+        let EntryScratch { text, cut } = scratch;
+        cut.clear();
+        let plain = match self.body_text.then(|| body_text::find(raw, text)).flatten() {
+            Some(span) => {
+                cut.extend_from_slice(raw.get(..span.start).unwrap_or_default());
+                cut.extend_from_slice(b"\"\"");
+                cut.extend_from_slice(raw.get(span.end..).unwrap_or_default());
+                serde_json::from_slice::<Entry<'_>>(cut).ok()
+            }
+            None => None,
+        };
+        let (e, decoded): (Entry<'_>, _) = match plain {
+            Some(e) => (e, Some(text.as_slice())),
+            None => (
+                serde_json::from_slice(raw).map_err(|e| e.to_string())?,
+                None,
+            ),
+        };
         let time_ns = parse_rfc3339(&e.started).ok_or_else(|| {
             let shown: String = e.started.chars().take(40).collect();
             format!("startedDateTime {shown:?} is not an RFC 3339 date-time")
@@ -1274,7 +1330,7 @@ impl HarRun<'_> {
             // session its facts (what was delivered, to which session).
             if wants_body {
                 let last = last_event_id.as_deref().unwrap_or("");
-                outcome = self.feed_body(&e, last, &mut tracker, mark)?;
+                outcome = self.feed_body(&e, decoded, last, &mut tracker, mark)?;
             }
             tracker.body_end(0, outcome.how, mark);
         }
@@ -1321,6 +1377,7 @@ impl HarRun<'_> {
     fn feed_body(
         &mut self,
         e: &Entry<'_>,
+        decoded: Option<&[u8]>,
         last_event_id: &str,
         tracker: &mut ExchangeTracker,
         mark: Mark,
@@ -1352,7 +1409,11 @@ impl HarRun<'_> {
             fed: 0,
         };
         let mut ambiguous = false;
-        let source = if let Some(raw) = text.filter(|t| t.len() > 2) {
+        let source = if let Some(body) = decoded.filter(|t| !t.is_empty()) {
+            body.chunks(BODY_CHUNK)
+                .try_for_each(|piece| sink.push(piece))?;
+            BodySource::Text
+        } else if let Some(raw) = text.filter(|t| t.len() > 2 && decoded.is_none()) {
             feed_text(raw, &mut |piece| sink.push(piece))?;
             BodySource::Text
         } else if let Some(file) = c.file.as_deref() {
@@ -2196,6 +2257,118 @@ mod tests {
         // What the sink refuses is what feed_text says.
         let refused = feed_text(b"\"abc\"", &mut |_| Err("no".to_string()));
         assert_eq!(refused, Err("no".to_string()));
+    }
+
+    /// What one entry gives when its body text is decoded in the pass that finds it, and
+    /// when serde_json reads the entry whole.
+    fn both_readings(raw: &[u8]) -> (String, String) {
+        let limits = Limits::default();
+        let read = |body_text: bool| {
+            let mut out = HarExchanges::default();
+            let mut run = HarRun {
+                name: "t.har",
+                dir: PathBuf::from("/nonexistent-dir-for-har-tests"),
+                limits: &limits,
+                report: &mut out,
+                emit: None,
+                body_text,
+                scratch: EntryScratch::default(),
+            };
+            // Twice, so that the second entry reads into the first one's buffers.
+            run.entry(0, raw);
+            run.entry(1, raw);
+            format!("{out:?}")
+        };
+        (read(true), read(false))
+    }
+
+    fn sse_entry(text: &str, tail: &str) -> String {
+        format!(
+            r#"{{"startedDateTime":"2026-11-09T10:00:00.000Z","request":{{"method":"GET","url":"http://h/mcp","headers":[{{"name":"Mcp-Session-Id","value":"s1"}},{{"name":"Last-Event-ID","value":"3"}}]}},"response":{{"status":200,"headers":[{{"name":"Content-Type","value":"text/event-stream"}}],"content":{{"size":-1,"text":{text}{tail}}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_body_text_decoded_on_its_own_gives_what_serde_json_gives() {
+        // The plain entry takes the quick reading (else this test compares nothing).
+        let plain = sse_entry(r#""id: 4\ndata: {\"a\":\"\u00e9\ud83d\ude00\"}\n\n""#, "");
+        assert!(super::body_text::find(plain.as_bytes(), &mut Vec::new()).is_some());
+        let (fast, general) = both_readings(plain.as_bytes());
+        assert!(fast.contains("first_event_id: Some(\"4\")"), "{fast}");
+        assert_eq!(fast, general);
+
+        // Pieces of a body text, valid and not, in random order; and the entry around it,
+        // changed at random places.
+        let valid: [&[u8]; 15] = [
+            b"\\r",
+            b"\\n",
+            b"data: ",
+            b"{\\\"x\\\":1}",
+            b"\\\\",
+            b"\\/",
+            b"\\b\\f\\t",
+            b"\\u00e9",
+            b"\\u20AC",
+            b"\\ud83d\\ude00",
+            "caf\u{e9}".as_bytes(),
+            b"\x7f",
+            b"\\u0000",
+            b"\\n\\n",
+            b"retry: 10",
+        ];
+        let invalid: [&[u8]; 9] = [
+            b"\\ud83d", b"\\udc00", b"\\u12", b"\\x", b"\xff", b"\xc3", b"\x01", b"\n", b"\"",
+        ];
+        let tails = [
+            "",
+            r#","text":"b""#,
+            r#","encoding":"base64""#,
+            r#","te\u0078t":"b""#,
+            " x",
+        ];
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut fast_taken = 0;
+        for round in 0..3000 {
+            // The text opens an id line: what the pieces decode to shows in the resume's
+            // first event id, up to the first line end.
+            let mut text = b"\"id: ".to_vec();
+            for _ in 0..rng.next() % 12 {
+                let r = rng.next();
+                let piece = if r.is_multiple_of(16) {
+                    invalid[(r >> 8) as usize % invalid.len()]
+                } else {
+                    valid[(r >> 8) as usize % valid.len()]
+                };
+                text.extend_from_slice(piece);
+            }
+            text.push(b'"');
+            let tail = tails[(rng.next() % 8) as usize % tails.len()];
+            let mut raw = sse_entry("@", tail).into_bytes();
+            let at = raw.iter().position(|&b| b == b'@').expect("placeholder");
+            raw.splice(at..at + 1, text);
+            if round % 3 == 0 {
+                // A byte changed, dropped or added somewhere in the entry.
+                let at = (rng.next() % raw.len() as u64) as usize;
+                let bytes = b"\"{}[],:\\ a0";
+                let byte = bytes[(rng.next() % bytes.len() as u64) as usize];
+                match rng.next() % 3 {
+                    0 => raw[at] = byte,
+                    1 => {
+                        raw.remove(at);
+                    }
+                    _ => raw.insert(at, byte),
+                }
+            }
+            if super::body_text::find(&raw, &mut Vec::new()).is_some() {
+                fast_taken += 1;
+            }
+            let (fast, general) = both_readings(&raw);
+            assert_eq!(fast, general, "{}", String::from_utf8_lossy(&raw));
+        }
+        assert!(
+            fast_taken > 300,
+            "only {fast_taken} entries took the quick reading"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`set`]: the command line's paths → inputs: directories walked, files of one capture
 //!   point (a rotated ring buffer, or `--merge`) gathered into one capture set.
 
+mod body_text;
 pub mod capture;
 pub mod compressed;
 pub mod har;

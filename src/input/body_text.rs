@@ -1,0 +1,348 @@
+//! A HAR entry's body text, found and decoded in one pass before serde_json reads the entry.
+//!
+//! Input: one entry's raw JSON. Output: where its `response.content.text` string literal lies
+//! (quotes included) and the text it decodes to, or `None`.
+//! Invariants:
+//! - `Some` only for a plain entry: one `response` object holding one `content` object holding
+//!   one `text` string, no key on that path written with escapes, and a string that serde_json
+//!   decodes to exactly these bytes (no control characters, only the escapes JSON defines,
+//!   surrogates in pairs, UTF-8 throughout). Anything else is `None`, and the entry is read by
+//!   serde_json whole, which names what is wrong in its own words.
+//! - The pass does not check the rest of the entry: the caller gives serde_json the entry with
+//!   this literal replaced by `""`, a string token for a string token, so the entry is valid
+//!   JSON exactly when the original is.
+//!
+//! Why: serde_json steps over a body held as a raw value once while reading the entry and
+//! decodes it in a second pass; bodies are most of a HAR's bytes, and their escapes (every line
+//! end and quote of an event stream) stop each of those passes many times per event.
+
+use std::ops::Range;
+
+use memchr::memchr2;
+
+/// The `response.content.text` literal of `raw` and, in `text` (cleared first), what it
+/// decodes to; `None` when the entry is not plain (see the module's invariants).
+pub fn find(raw: &[u8], text: &mut Vec<u8>) -> Option<Range<usize>> {
+    text.clear();
+    // The decoded text is never longer than the entry: no growth by doubling, and the pages
+    // reserved beyond what is written are never touched.
+    text.reserve(raw.len());
+    let mut w = Walk { raw, at: 0 };
+    let mut span = None;
+    let (mut response, mut content) = (false, false);
+    w.members(|w, key| {
+        if key != b"response" {
+            return w.skip_value();
+        }
+        if std::mem::replace(&mut response, true) {
+            return None;
+        }
+        w.members(|w, key| {
+            if key != b"content" {
+                return w.skip_value();
+            }
+            if std::mem::replace(&mut content, true) {
+                return None;
+            }
+            w.members(|w, key| {
+                if key != b"text" {
+                    return w.skip_value();
+                }
+                if span.is_some() || w.ws()? != b'"' {
+                    return None;
+                }
+                let start = w.at;
+                w.at = decode(raw, start, text)?;
+                span = Some(start..w.at);
+                Some(())
+            })
+        })
+    })?;
+    if w.ws().is_some() {
+        return None;
+    }
+    span
+}
+
+/// A position in an entry's bytes.
+struct Walk<'a> {
+    raw: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// The next byte that is not JSON whitespace, not consumed.
+    fn ws(&mut self) -> Option<u8> {
+        while let Some(&b) = self.raw.get(self.at) {
+            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                return Some(b);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.ws()? == want).then(|| self.at += 1)
+    }
+
+    /// An object's members, each key (one without escapes) given to `f`, which takes its
+    /// value.
+    fn members(&mut self, mut f: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.ws()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.eat(b'"')?;
+            let rest = self.raw.get(self.at..)?;
+            let end = memchr2(b'"', b'\\', rest)?;
+            let key = rest.get(..end)?;
+            if rest.get(end) != Some(&b'"') {
+                return None;
+            }
+            self.at += end + 1;
+            self.eat(b':')?;
+            f(self, key)?;
+            match self.ws()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Steps over the string whose opening quote is at the position.
+    fn skip_string(&mut self) -> Option<()> {
+        self.at += 1;
+        loop {
+            let rest = self.raw.get(self.at..)?;
+            let i = memchr2(b'"', b'\\', rest)?;
+            if rest.get(i) == Some(&b'"') {
+                self.at += i + 1;
+                return Some(());
+            }
+            self.at += i + 2;
+        }
+    }
+
+    /// Steps over any value. Only strings are read exactly (where a string begins and ends is
+    /// what the caller's cut relies on); the rest is left for serde_json to check.
+    fn skip_value(&mut self) -> Option<()> {
+        match self.ws()? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match *self.raw.get(self.at)? {
+                        b'"' => {
+                            self.skip_string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                while let Some(&b) = self.raw.get(self.at) {
+                    if matches!(b, b',' | b'}' | b']' | b'"' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.at += 1;
+                }
+                Some(())
+            }
+        }
+    }
+}
+
+/// Decodes the JSON string literal whose opening quote is at `at` into `out` (appended);
+/// returns the position after its closing quote, or `None` where serde_json would refuse it.
+fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        let rest = raw.get(i..)?;
+        let n = memchr2(b'"', b'\\', rest)?;
+        out.extend_from_slice(rest.get(..n)?);
+        i += n;
+        if raw.get(i) == Some(&b'"') {
+            break;
+        }
+        i = unescape(raw, i, out)?;
+    }
+    // Control bytes are refused inside a string. One pass over the whole literal, folded
+    // without an early exit so that the compiler compares many bytes at once; the runs between
+    // escapes are too short for that.
+    let literal = raw.get(at..i)?;
+    if literal.iter().fold(false, |c, &b| c | (b < 0x20)) {
+        return None;
+    }
+    std::str::from_utf8(out).ok()?;
+    Some(i + 1)
+}
+
+/// Decodes the escape whose backslash is at `i` onto `out`; the position after it, or `None`
+/// for one serde_json refuses (or a surrogate not in a pair).
+fn unescape(raw: &[u8], mut i: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let escape = *raw.get(i + 1)?;
+    i += 2;
+    let byte = match escape {
+        b'"' | b'\\' | b'/' => escape,
+        b'b' => 0x08,
+        b'f' => 0x0c,
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        b'u' => {
+            let unit = hex4(raw.get(i..i + 4)?)?;
+            i += 4;
+            let code = match unit {
+                0xD800..=0xDBFF => {
+                    if raw.get(i..i + 2)? != b"\\u" {
+                        return None;
+                    }
+                    let low = hex4(raw.get(i + 2..i + 6)?)?;
+                    if !(0xDC00..=0xDFFF).contains(&low) {
+                        return None;
+                    }
+                    i += 6;
+                    0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                }
+                0xDC00..=0xDFFF => return None,
+                _ => unit,
+            };
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(char::from_u32(code)?.encode_utf8(&mut buf).as_bytes());
+            return Some(i);
+        }
+        _ => return None,
+    };
+    out.push(byte);
+    Some(i)
+}
+
+/// Four hex digits (either case), as a `\u` escape holds them.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |acc, &d| {
+        let v = (d as char).to_digit(16)?;
+        Some(acc << 4 | v)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_of(raw: &str) -> Option<(String, String)> {
+        let mut out = Vec::new();
+        let span = find(raw.as_bytes(), &mut out)?;
+        Some((
+            raw[span].to_string(),
+            String::from_utf8(out).expect("decoded text is UTF-8"),
+        ))
+    }
+
+    /// What serde_json makes of the literal, for comparison.
+    fn serde_text(literal: &str) -> Option<String> {
+        serde_json::from_str::<String>(literal).ok()
+    }
+
+    #[test]
+    fn finds_the_text_of_a_plain_entry() {
+        let raw = r#"{"startedDateTime":"x","request":{"headers":[{"name":"a","value":"b"}]},
+            "response":{"status":200,"text":"not this","content":{"size":3,"text":"a\nb\"c","x":[1,{"text":"no"}]}}}"#;
+        let (literal, text) = text_of(raw).expect("plain entry");
+        assert_eq!(literal, r#""a\nb\"c""#);
+        assert_eq!(text, "a\nb\"c");
+    }
+
+    #[test]
+    fn every_escape_decodes_as_serde_json_does() {
+        for literal in [
+            r#""""#,
+            r#""plain""#,
+            r#""\"\\\/\b\f\n\r\t""#,
+            r#""\u0000\u001f\u007f\u00e9\u20AC\uffff""#,
+            r#""\ud83d\ude00 and \uD83D\uDE00""#,
+            "\"caf\u{e9} \u{1F600}\"",
+            "\"\u{7f}\"",
+        ] {
+            let raw = format!(r#"{{"response":{{"content":{{"text":{literal}}}}}}}"#);
+            let (_, text) = text_of(&raw).unwrap_or_else(|| panic!("{literal} refused"));
+            assert_eq!(Some(text), serde_text(literal), "{literal}");
+        }
+    }
+
+    #[test]
+    fn strings_serde_json_refuses_or_keys_it_reads_otherwise_are_left_to_it() {
+        for (raw, why) in [
+            (r#"{"response":{"content":{"text":"a\x"}}}"#, "bad escape"),
+            (r#"{"response":{"content":{"text":"\ud800"}}}"#, "lone lead"),
+            (
+                r#"{"response":{"content":{"text":"\ud800\u0041"}}}"#,
+                "lead, no trail",
+            ),
+            (
+                r#"{"response":{"content":{"text":"\udc00"}}}"#,
+                "lone trail",
+            ),
+            (r#"{"response":{"content":{"text":"\u12g4"}}}"#, "bad hex"),
+            (
+                "{\"response\":{\"content\":{\"text\":\"a\u{1}b\"}}}",
+                "control byte",
+            ),
+            (
+                "{\"response\":{\"content\":{\"text\":\"a\nb\"}}}",
+                "raw line feed",
+            ),
+            (
+                r#"{"response":{"content":{"text":"a"}},"response":{}}"#,
+                "two responses",
+            ),
+            (
+                r#"{"response":{"content":{},"content":{"text":"a"}}}"#,
+                "two contents",
+            ),
+            (
+                r#"{"response":{"content":{"text":"a","text":"b"}}}"#,
+                "two texts",
+            ),
+            (
+                r#"{"response":{"content":{"te\u0078t":"a"}}}"#,
+                "escaped key",
+            ),
+            (r#"{"response":{"content":{"text":null}}}"#, "null text"),
+            (r#"{"response":{"content":{"text":5}}}"#, "number text"),
+            (
+                r#"{"response":{"content":"text"}}"#,
+                "content not an object",
+            ),
+            (
+                r#"{"response":{"content":{"text":"a"}}} x"#,
+                "trailing bytes",
+            ),
+            (r#"{"response":{"content":{"text":"a"#, "cut short"),
+            (r#"{"request":{}}"#, "no response"),
+        ] {
+            assert_eq!(text_of(raw), None, "{why}: {raw}");
+        }
+        // Bytes that are not UTF-8.
+        let mut raw = br#"{"response":{"content":{"text":"a"#.to_vec();
+        raw.extend_from_slice(&[0xc3, 0x28]);
+        raw.extend_from_slice(br#""}}}"#);
+        assert_eq!(find(&raw, &mut Vec::new()), None);
+    }
+}
