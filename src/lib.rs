@@ -122,6 +122,17 @@ pub mod fuzzing {
         }
     }
 
+    /// A HAR entry read both ways (body text decoded on its own, and by serde_json with the
+    /// entry): the records and messages of each, as debug text.
+    pub fn har_entry_readings(raw: &[u8]) -> (String, String) {
+        crate::input::har::entry_readings(raw)
+    }
+
+    /// The raw JSON of each whole entry of a HAR document.
+    pub fn har_entries(doc: &[u8]) -> Vec<Vec<u8>> {
+        crate::input::har::entries_of(doc)
+    }
+
     /// One TLS connection and the key log it decrypts with.
     pub struct TlsHarness {
         keys: KeyLog,

@@ -9,7 +9,7 @@
 //! `pipeline`; per TCP connection, its segments in the `tcp_reassembly` encoding, its
 //! reassembled byte streams as a transcript for `http1_parser`, and the bodies of its
 //! event-stream responses as transcripts for `sse_parser`; HAR files (`.har`, `.zhar`) as
-//! they are for `har`.
+//! they are for `har`, and each whole entry of a plain `.har` alone for `har_entry`.
 //! Invariants: the same fixtures give the same files.
 
 use std::collections::BTreeMap;
@@ -245,8 +245,17 @@ fn main() -> std::process::ExitCode {
                     .unwrap_or_default()
                     .to_string_lossy()
                     .into_owned();
-                match std::fs::read(&f).and_then(|b| write(out, "har", &name, &b)) {
-                    Ok(()) => total += 1,
+                let seeded = std::fs::read(&f).and_then(|b| {
+                    write(out, "har", &name, &b)?;
+                    // Each whole entry of a plain HAR, alone, for `har_entry`.
+                    let entries = mcp_resume_audit::fuzzing::har_entries(&b);
+                    for (i, entry) in entries.iter().enumerate() {
+                        write(out, "har_entry", &format!("{name}.{i}"), entry)?;
+                    }
+                    Ok(entries.len() as u64)
+                });
+                match seeded {
+                    Ok(n) => total += 1 + n,
                     Err(e) => {
                         eprintln!("{}: {e}", f.display());
                         return std::process::ExitCode::from(2);

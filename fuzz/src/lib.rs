@@ -765,6 +765,14 @@ fn run_h2(t: &Transcript<'_>, split: Option<u8>) -> HttpRecorder {
     rec
 }
 
+/// Reads `data` as one HAR entry twice: with its body text decoded in the pass that finds it
+/// (serde_json reading the entry without it), and by serde_json whole. The records, counters
+/// and messages must be the same.
+pub fn har_entry(data: &[u8]) {
+    let (quick, general) = mcp_resume_audit::fuzzing::har_entry_readings(data);
+    assert_eq!(quick, general, "the two readings of one entry differ");
+}
+
 /// Feeds a transcript to the HTTP/2 parser whole and cut at input-chosen points; the events
 /// must be the same, and every delivered response head must get exactly one body end once
 /// both directions ended (the server's end ends every open body).

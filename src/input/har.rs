@@ -236,18 +236,69 @@ pub fn read_har_bounded<R: Read>(
         body_text: true,
         scratch: EntryScratch::default(),
     };
-    let walked = walk(&mut scan, &mut run, max_entry_bytes, threads);
-    if let Err(e) = walked {
-        let text = match e.entry {
-            Some(i) => format!(
-                "{name}: entry {i}: offset {}: {}; the entries before it were analyzed",
-                e.offset, e.what
-            ),
-            None => format!("{name}: offset {}: {}", e.offset, e.what),
-        };
-        out.messages.push((true, text));
+    let walked = walk(&mut scan, &mut |scan| {
+        if threads < 2 {
+            entries(scan, &mut run, max_entry_bytes)
+        } else {
+            entries_on_threads(scan, &mut run, max_entry_bytes, threads)
+        }
+    });
+    match walked {
+        Ok(None) => {}
+        Ok(Some(at)) => out.messages.push((
+            false,
+            format!("{name}: offset {at}: data after the end of the HAR document; ignored"),
+        )),
+        Err(e) => {
+            let text = match e.entry {
+                Some(i) => format!(
+                    "{name}: entry {i}: offset {}: {}; the entries before it were analyzed",
+                    e.offset, e.what
+                ),
+                None => format!("{name}: offset {}: {}", e.offset, e.what),
+            };
+            out.messages.push((true, text));
+        }
     }
     out
+}
+
+/// The raw JSON of each entry of a HAR document that has whole ones (for fuzzing seeds).
+pub fn entries_of(doc: &[u8]) -> Vec<Vec<u8>> {
+    let mut all = Vec::new();
+    let _ = walk(&mut Scanner::new(doc), &mut |scan| {
+        each_entry(scan, MAX_ENTRY_BYTES, &mut |_, entry| {
+            if let Ok(raw) = entry {
+                all.push(std::mem::take(raw));
+            }
+        })
+    });
+    all
+}
+
+/// What one entry gives (its records and messages, as debug text) when its body text is
+/// decoded in the pass that finds it, and when serde_json reads the entry whole: the two must
+/// be the same (tests and fuzzing hold them to it).
+pub fn entry_readings(raw: &[u8]) -> (String, String) {
+    let limits = Limits::default();
+    let read = |body_text: bool| {
+        let mut out = HarExchanges::default();
+        let mut run = HarRun {
+            name: "t.har",
+            // Never found: a `content._file` body is not read.
+            dir: PathBuf::from("/nonexistent-dir-for-har-entries"),
+            limits: &limits,
+            report: &mut out,
+            emit: None,
+            body_text,
+            scratch: EntryScratch::default(),
+        };
+        // Twice, so that the second entry reads into the first one's buffers.
+        run.entry(0, raw);
+        run.entry(1, raw);
+        format!("{out:?}")
+    };
+    (read(true), read(false))
 }
 
 /// Where the document stops making sense.
@@ -258,13 +309,12 @@ struct ScanError {
     entry: Option<u64>,
 }
 
-/// Walks the document: `log.entries[]` entries go to `run`, everything else is skipped.
+/// Walks the document: the `log.entries` array goes to `on_entries` (the scanner at its `[`),
+/// everything else is skipped. Says where data follows the document, if it does.
 fn walk<R: Read>(
     scan: &mut Scanner<R>,
-    run: &mut HarRun<'_>,
-    cap: usize,
-    threads: usize,
-) -> Result<(), ScanError> {
+    on_entries: &mut dyn FnMut(&mut Scanner<R>) -> Result<(), ScanError>,
+) -> Result<Option<u64>, ScanError> {
     scan.skip_bom()?;
     if scan.skip_ws()? != Some(b'{') {
         return Err(scan.err("not a HAR file: the document is not a JSON object"));
@@ -287,11 +337,7 @@ fn walk<R: Read>(
             if scan.skip_ws()? != Some(b'[') {
                 return Err(scan.err("not a HAR file: \"log.entries\" is not an array"));
             }
-            if threads < 2 {
-                entries(scan, run, cap)
-            } else {
-                entries_on_threads(scan, run, cap, threads)
-            }
+            on_entries(scan)
         })
     })?;
     if !log_seen {
@@ -300,17 +346,7 @@ fn walk<R: Read>(
     if !entries_seen {
         return Err(scan.err("not a HAR file: \"log\" has no \"entries\" array"));
     }
-    if scan.skip_ws()?.is_some() {
-        let at = scan.offset();
-        run.report.messages.push((
-            false,
-            format!(
-                "{}: offset {at}: data after the end of the HAR document; ignored",
-                run.name
-            ),
-        ));
-    }
-    Ok(())
+    Ok(scan.skip_ws()?.is_some().then(|| scan.offset()))
 }
 
 /// Reads the elements of `log.entries` one at a time, each analyzed here.
@@ -1179,7 +1215,7 @@ struct EntryScratch {
 }
 
 /// Capacity of [`EntryScratch`]'s buffers kept from one entry to the next.
-const SCRATCH_KEPT: usize = 1 << 20;
+const SCRATCH_KEPT: usize = 4 << 20;
 
 impl HarRun<'_> {
     /// Hands the records gathered so far to `emit`, when there is one.
@@ -2259,29 +2295,6 @@ mod tests {
         assert_eq!(refused, Err("no".to_string()));
     }
 
-    /// What one entry gives when its body text is decoded in the pass that finds it, and
-    /// when serde_json reads the entry whole.
-    fn both_readings(raw: &[u8]) -> (String, String) {
-        let limits = Limits::default();
-        let read = |body_text: bool| {
-            let mut out = HarExchanges::default();
-            let mut run = HarRun {
-                name: "t.har",
-                dir: PathBuf::from("/nonexistent-dir-for-har-tests"),
-                limits: &limits,
-                report: &mut out,
-                emit: None,
-                body_text,
-                scratch: EntryScratch::default(),
-            };
-            // Twice, so that the second entry reads into the first one's buffers.
-            run.entry(0, raw);
-            run.entry(1, raw);
-            format!("{out:?}")
-        };
-        (read(true), read(false))
-    }
-
     fn sse_entry(text: &str, tail: &str) -> String {
         format!(
             r#"{{"startedDateTime":"2026-11-09T10:00:00.000Z","request":{{"method":"GET","url":"http://h/mcp","headers":[{{"name":"Mcp-Session-Id","value":"s1"}},{{"name":"Last-Event-ID","value":"3"}}]}},"response":{{"status":200,"headers":[{{"name":"Content-Type","value":"text/event-stream"}}],"content":{{"size":-1,"text":{text}{tail}}}}}}}"#
@@ -2293,7 +2306,7 @@ mod tests {
         // The plain entry takes the quick reading (else this test compares nothing).
         let plain = sse_entry(r#""id: 4\ndata: {\"a\":\"\u00e9\ud83d\ude00\"}\n\n""#, "");
         assert!(super::body_text::find(plain.as_bytes(), &mut Vec::new()).is_some());
-        let (fast, general) = both_readings(plain.as_bytes());
+        let (fast, general) = entry_readings(plain.as_bytes());
         assert!(fast.contains("first_event_id: Some(\"4\")"), "{fast}");
         assert_eq!(fast, general);
 
@@ -2362,7 +2375,7 @@ mod tests {
             if super::body_text::find(&raw, &mut Vec::new()).is_some() {
                 fast_taken += 1;
             }
-            let (fast, general) = both_readings(&raw);
+            let (fast, general) = entry_readings(&raw);
             assert_eq!(fast, general, "{}", String::from_utf8_lossy(&raw));
         }
         assert!(
