@@ -4,7 +4,8 @@
 //! (quotes included) and the text it decodes to, or `None`.
 //! Invariants:
 //! - `Some` only for a plain entry: one `response` object holding one `content` object holding
-//!   one `text` string, no key on that path written with escapes, and a string that serde_json
+//!   one `text` string (after no `mimeType` that names another type than an event stream: a
+//!   body nobody reads is not copied), no key on that path written with escapes, and a string that serde_json
 //!   decodes to exactly these bytes (no control characters, only the escapes JSON defines,
 //!   surrogates in pairs, UTF-8 throughout). Anything else is `None`, and the entry is read by
 //!   serde_json whole, which names what is wrong in its own words.
@@ -44,11 +45,23 @@ pub fn find(raw: &[u8], text: &mut Vec<u8>) -> Option<Range<usize>> {
             if std::mem::replace(&mut content, true) {
                 return None;
             }
+            // A body that `mimeType` (written before it, as HAR writers do) says is no event
+            // stream is left to serde_json, which steps over it without a copy.
+            let mut other_type = false;
             w.members(|w, key| {
+                if key == b"mimeType" && w.ws()? == b'"' {
+                    let start = w.at;
+                    w.skip_string()?;
+                    let value = raw.get(start..w.at)?;
+                    other_type = !value
+                        .windows(b"event-stream".len())
+                        .any(|v| v.eq_ignore_ascii_case(b"event-stream"));
+                    return Some(());
+                }
                 if key != b"text" {
                     return w.skip_value();
                 }
-                if span.is_some() || w.ws()? != b'"' {
+                if span.is_some() || other_type || w.ws()? != b'"' {
                     return None;
                 }
                 let start = w.at;
@@ -267,6 +280,13 @@ mod tests {
         let (literal, text) = text_of(raw).expect("plain entry");
         assert_eq!(literal, r#""a\nb\"c""#);
         assert_eq!(text, "a\nb\"c");
+        // A type named after the text, or an event stream's, does not stop it.
+        for raw in [
+            r#"{"response":{"content":{"text":"a","mimeType":"image/png"}}}"#,
+            r#"{"response":{"content":{"mimeType":"Text/Event-Stream; charset=utf-8","text":"a"}}}"#,
+        ] {
+            assert_eq!(text_of(raw).map(|t| t.1), Some("a".to_string()), "{raw}");
+        }
     }
 
     #[test]
@@ -336,6 +356,10 @@ mod tests {
             ),
             (r#"{"response":{"content":{"text":"a"#, "cut short"),
             (r#"{"request":{}}"#, "no response"),
+            (
+                r#"{"response":{"content":{"mimeType":"image/png","text":"a"}}}"#,
+                "another type",
+            ),
         ] {
             assert_eq!(text_of(raw), None, "{why}: {raw}");
         }
