@@ -4,11 +4,11 @@
 //! (quotes included) and the text it decodes to, or `None`.
 //! Invariants:
 //! - `Some` only for a plain entry: one `response` object holding one `content` object holding
-//!   one `text` string (after no `mimeType` that names another type than an event stream: a
-//!   body nobody reads is not copied), no key on that path written with escapes, and a string that serde_json
-//!   decodes to exactly these bytes (no control characters, only the escapes JSON defines,
-//!   surrogates in pairs, UTF-8 throughout). Anything else is `None`, and the entry is read by
-//!   serde_json whole, which names what is wrong in its own words.
+//!   one `text` string, no key on that path written with escapes, no `mimeType` before the
+//!   text naming another type than an event stream (a body nobody reads is not copied), and a
+//!   string that serde_json decodes to exactly these bytes (no control characters, only the
+//!   escapes JSON defines, surrogates in pairs, UTF-8 throughout). Anything else is `None`,
+//!   and the entry is read by serde_json whole, which names what is wrong in its own words.
 //! - The pass does not check the rest of the entry: the caller gives serde_json the entry with
 //!   this literal replaced by `""`, a string token for a string token, so the entry is valid
 //!   JSON exactly when the original is.
