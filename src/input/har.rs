@@ -1105,7 +1105,8 @@ struct Content<'a> {
     size: Option<f64>,
     #[serde(rename = "mimeType", default)]
     mime_type: Option<String>,
-    /// Kept as the raw JSON literal: decoded in pieces, never whole.
+    /// Kept as the raw JSON literal, decoded only for an event stream; `""` when the body text
+    /// was decoded ahead ([`body_text`]).
     #[serde(default, borrow)]
     text: Option<&'a RawValue>,
     #[serde(default)]
@@ -1409,7 +1410,7 @@ impl HarRun<'_> {
     }
 
     /// Decodes and feeds the body of an event stream (`last_event_id` empty when it is no
-    /// resume); says how it ended.
+    /// resume; `decoded`, its body text when that was decoded ahead); says how it ended.
     fn feed_body(
         &mut self,
         e: &Entry<'_>,
@@ -1449,7 +1450,7 @@ impl HarRun<'_> {
             body.chunks(BODY_CHUNK)
                 .try_for_each(|piece| sink.push(piece))?;
             BodySource::Text
-        } else if let Some(raw) = text.filter(|t| t.len() > 2 && decoded.is_none()) {
+        } else if let Some(raw) = text.filter(|t| t.len() > 2) {
             feed_text(raw, &mut |piece| sink.push(piece))?;
             BodySource::Text
         } else if let Some(file) = c.file.as_deref() {
