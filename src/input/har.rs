@@ -46,6 +46,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::body_text;
+use super::nesting::{MAX_DEPTH, Nesting, Step};
 use crate::audit::verdict::{Decision, Verdict};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
 use crate::record::{
@@ -58,8 +59,6 @@ pub const MAX_ENTRY_BYTES: usize = 1 << 30;
 const READ_CHUNK: usize = 256 << 10;
 /// Largest piece of body handed to the tracker at once.
 pub const BODY_CHUNK: usize = 64 << 10;
-/// Deepest nesting followed outside entries (serde_json bounds it inside them).
-const MAX_DEPTH: usize = 512;
 /// Longest member name compared (longer ones are never names this module looks for).
 const MAX_KEY: usize = 64;
 
@@ -792,6 +791,8 @@ struct Scanner<R> {
     /// File offset of `buf[0]`.
     base: u64,
     eof: bool,
+    /// The state of the container being scanned.
+    nesting: Nesting,
 }
 
 type MemberFn<'f, R> = dyn FnMut(&mut Scanner<R>, &[u8]) -> Result<(), ScanError> + 'f;
@@ -805,6 +806,7 @@ impl<R: Read> Scanner<R> {
             end: 0,
             base: 0,
             eof: false,
+            nesting: Nesting::default(),
         }
     }
 
@@ -951,6 +953,9 @@ impl<R: Read> Scanner<R> {
     /// `cap`. Returns whether they fit. Brackets are matched; the rest of the grammar is left
     /// to serde_json (for entries) or not needed (for what is skipped).
     fn scan_value(&mut self, mut out: Option<&mut Vec<u8>>, cap: usize) -> Result<bool, ScanError> {
+        if cfg!(target_arch = "x86_64") && matches!(self.peek()?, Some(b'{' | b'[')) {
+            return self.scan_container(out, cap);
+        }
         let mut fit = true;
         let mut closers: Vec<u8> = Vec::new();
         loop {
@@ -1005,6 +1010,41 @@ impl<R: Read> Scanner<R> {
                         .position(|c| matches!(c, b'"' | b'{' | b'}' | b'[' | b']'))
                         .unwrap_or(avail.len());
                     self.take(n, &mut out, cap, &mut fit);
+                }
+            }
+        }
+    }
+
+    /// [`Self::scan_value`] for a container at the cursor, whose end is found a block of
+    /// bytes at a time (the same answer, errors and offsets included).
+    fn scan_container(
+        &mut self,
+        mut out: Option<&mut Vec<u8>>,
+        cap: usize,
+    ) -> Result<bool, ScanError> {
+        let mut fit = true;
+        self.nesting.reset();
+        loop {
+            if !self.fill()? {
+                return Err(self.err(if self.nesting.in_string() {
+                    "the file ends inside a string"
+                } else {
+                    "the file ends inside a value"
+                }));
+            }
+            let avail = self.buf.get(self.pos..self.end).unwrap_or(&[]);
+            match self.nesting.feed(avail) {
+                Step::More => {
+                    let n = avail.len();
+                    self.take(n, &mut out, cap, &mut fit);
+                }
+                Step::Ended(i) => {
+                    self.take(i + 1, &mut out, cap, &mut fit);
+                    return Ok(fit);
+                }
+                Step::Bad(i, what) => {
+                    self.pos += i;
+                    return Err(self.err(what));
                 }
             }
         }
