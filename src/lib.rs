@@ -128,6 +128,16 @@ pub mod fuzzing {
         crate::input::har::entry_readings(raw)
     }
 
+    /// Where the JSON container opening at `doc[0]` ends (or breaks), read a block at a time
+    /// in pieces of the given sizes, and byte by byte whole: debug text of each answer.
+    pub fn nesting_readings(doc: &[u8], pieces: &[usize]) -> (String, String) {
+        use crate::input::nesting::read_in_pieces;
+        (
+            format!("{:?}", read_in_pieces(doc, pieces, true)),
+            format!("{:?}", read_in_pieces(doc, &[usize::MAX], false)),
+        )
+    }
+
     /// The raw JSON of each whole entry of a HAR document.
     pub fn har_entries(doc: &[u8]) -> Vec<Vec<u8>> {
         crate::input::har::entries_of(doc)

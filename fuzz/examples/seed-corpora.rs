@@ -9,7 +9,8 @@
 //! `pipeline`; per TCP connection, its segments in the `tcp_reassembly` encoding, its
 //! reassembled byte streams as a transcript for `http1_parser`, and the bodies of its
 //! event-stream responses as transcripts for `sse_parser`; HAR files (`.har`, `.zhar`) as
-//! they are for `har`, and each whole entry of a plain `.har` alone for `har_entry`.
+//! they are for `har`, and each whole entry of a plain `.har` alone for `har_entry` (and, after
+//! two bytes choosing how it is cut, for `json_nesting`).
 //! Invariants: the same fixtures give the same files.
 
 use std::collections::BTreeMap;
@@ -251,6 +252,9 @@ fn main() -> std::process::ExitCode {
                     let entries = mcp_resume_audit::fuzzing::har_entries(&b);
                     for (i, entry) in entries.iter().enumerate() {
                         write(out, "har_entry", &format!("{name}.{i}"), entry)?;
+                        let cut = [(i % 64) as u8, (i % 7) as u8];
+                        let nesting = [&cut[..], entry].concat();
+                        write(out, "json_nesting", &format!("{name}.{i}"), &nesting)?;
                     }
                     Ok(entries.len() as u64)
                 });

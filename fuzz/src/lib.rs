@@ -773,6 +773,19 @@ pub fn har_entry(data: &[u8]) {
     assert_eq!(quick, general, "the two readings of one entry differ");
 }
 
+/// Reads `data[2..]` as one JSON container twice: a block at a time (as the HAR reader finds
+/// an entry's end) in pieces whose sizes `data[0]` and `data[1]` pick, and byte by byte whole.
+/// The answer (where it ends, or the byte that breaks it and why, or that it goes on and
+/// whether inside a string) must be the same.
+pub fn json_nesting(data: &[u8]) {
+    let [a, b, doc @ ..] = data else {
+        return;
+    };
+    let pieces = [usize::from(*a) + 1, usize::from(*b) * 3 + 1];
+    let (blocks, bytes) = mcp_resume_audit::fuzzing::nesting_readings(doc, &pieces);
+    assert_eq!(blocks, bytes, "the two readings of one container differ");
+}
+
 /// Feeds a transcript to the HTTP/2 parser whole and cut at input-chosen points; the events
 /// must be the same, and every delivered response head must get exactly one body end once
 /// both directions ended (the server's end ends every open body).

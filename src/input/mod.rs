@@ -15,7 +15,7 @@ pub mod capture;
 pub mod compressed;
 pub mod har;
 pub mod merge;
-mod nesting;
+pub(crate) mod nesting;
 pub mod set;
 
 /// What the reader tests of this layer share.
