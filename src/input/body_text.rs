@@ -186,6 +186,10 @@ impl<'a> Walk<'a> {
 /// returns the position after its closing quote, or `None` where serde_json would refuse it.
 fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
     let mut i = at + 1;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(end) = decode_blocks(raw, &mut i, out)? {
+        return finish(raw, at, end, out);
+    }
     loop {
         let rest = raw.get(i..)?;
         let n = memchr2(b'"', b'\\', rest)?;
@@ -196,15 +200,60 @@ fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
         }
         i = unescape(raw, i, out)?;
     }
-    // Control bytes are refused inside a string. One pass over the whole literal, folded
-    // without an early exit so that the compiler compares many bytes at once; the runs between
-    // escapes are too short for that.
-    let literal = raw.get(at..i)?;
-    if literal.iter().fold(false, |c, &b| c | (b < 0x20)) {
+    finish(raw, at, i, out)
+}
+
+/// Decodes from `*i` a block of 64 bytes at a time, stopping at each quote or backslash the
+/// block's masks show: `Some(Some(end))` at the closing quote, `Some(None)` with `*i` where
+/// fewer than 64 bytes are left (decoded up to there), `None` for an escape serde_json
+/// refuses.
+#[cfg(target_arch = "x86_64")]
+fn decode_blocks(raw: &[u8], i: &mut usize, out: &mut Vec<u8>) -> Option<Option<usize>> {
+    while let Some(block) = raw.get(*i..*i + 64) {
+        let block: &[u8; 64] = block.try_into().ok()?;
+        let (quote, backslash, _) = super::nesting::classify(block);
+        let mut stops = quote | backslash;
+        // Bytes of the block before `from` are decoded.
+        let mut from = 0;
+        loop {
+            if stops == 0 {
+                out.extend_from_slice(block.get(from..)?);
+                *i += 64;
+                break;
+            }
+            let k = stops.trailing_zeros() as usize;
+            out.extend_from_slice(block.get(from..k)?);
+            if block[k] == b'"' {
+                return Some(Some(*i + k));
+            }
+            let next = unescape(raw, *i + k, out)?;
+            from = next - *i;
+            if from >= 64 {
+                *i = next;
+                break;
+            }
+            // The escaped byte (a quote or backslash itself, perhaps) is not a stop.
+            stops &= u64::MAX << from;
+        }
+    }
+    Some(None)
+}
+
+/// The checks on a literal from `at` to its closing quote at `end` once decoded into `out`:
+/// the position after it, or `None` for one serde_json refuses.
+fn finish(raw: &[u8], at: usize, end: usize, out: &[u8]) -> Option<usize> {
+    // Control bytes are refused inside a string; bytes past ASCII must make UTF-8 (escapes
+    // decode to it by construction). One pass over the whole literal, folded without an early
+    // exit so that the compiler compares many bytes at once; the runs between escapes are too
+    // short for that.
+    let literal = raw.get(at..end)?;
+    let (control, wide) = literal.iter().fold((false, false), |(c, w), &b| {
+        (c | (b < 0x20), w | (b >= 0x80))
+    });
+    if control || (wide && std::str::from_utf8(out).is_err()) {
         return None;
     }
-    std::str::from_utf8(out).ok()?;
-    Some(i + 1)
+    Some(end + 1)
 }
 
 /// Decodes the escape whose backslash is at `i` onto `out`; the position after it, or `None`
@@ -368,5 +417,44 @@ mod tests {
         raw.extend_from_slice(&[0xc3, 0x28]);
         raw.extend_from_slice(br#""}}}"#);
         assert_eq!(find(&raw, &mut Vec::new()), None);
+    }
+
+    /// Valid literals long and short, placed at every alignment to the 64-byte blocks, with
+    /// escapes (two, six and twelve bytes) straddling block ends and runs with no stop at all:
+    /// each decodes here (no fallback) to what serde_json decodes it to.
+    #[test]
+    fn valid_literals_decode_as_serde_json_decodes_them_wherever_they_lie() {
+        let pieces = [
+            "x",
+            "\\n",
+            "\\\"",
+            "\\\\",
+            "\\/",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "é",
+            "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..5_000 {
+            let lead = next(80);
+            let mut literal = String::from("\"");
+            for _ in 0..next(40) {
+                literal.push_str(pieces[next(pieces.len())]);
+            }
+            literal.push('"');
+            let raw = format!("{}{literal}{}", " ".repeat(lead), "}".repeat(next(70)));
+            let mut out = Vec::new();
+            let end = decode(raw.as_bytes(), lead, &mut out);
+            assert_eq!(end, Some(lead + literal.len()), "{raw}");
+            let want: String = serde_json::from_str(&literal).expect("valid literal");
+            assert_eq!(String::from_utf8(out).expect("UTF-8"), want, "{raw}");
+        }
     }
 }

@@ -153,7 +153,7 @@ impl Nesting {
 
 /// Bit `i` set when byte `i` is a quote, a backslash, a bracket (`{`, `}`, `[`, `]`).
 #[cfg(target_arch = "x86_64")]
-fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
+pub fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
     use safe_arch::{
         bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i,
         set_splat_i8_m128i,
