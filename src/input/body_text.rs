@@ -436,12 +436,7 @@ mod tests {
             "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789",
         ];
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = |n: usize| (crate::testing::xorshift(&mut state) % n as u64) as usize;
         for _ in 0..5_000 {
             let lead = next(80);
             let mut literal = String::from("\"");
