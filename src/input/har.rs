@@ -46,7 +46,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::body_text;
-use super::nesting::{MAX_DEPTH, Nesting, Step};
+use super::nesting::{MAX_DEPTH, Nesting, Step, TOO_DEEP, UNBALANCED};
 use crate::audit::verdict::{Decision, Verdict};
 use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord};
 use crate::record::{
@@ -971,14 +971,14 @@ impl<R: Read> Scanner<R> {
                 }
                 b'{' | b'[' => {
                     if closers.len() >= MAX_DEPTH {
-                        return Err(self.err("nesting deeper than 512 levels"));
+                        return Err(self.err(TOO_DEEP));
                     }
                     closers.push(if b == b'{' { b'}' } else { b']' });
                     self.take(1, &mut out, cap, &mut fit);
                 }
                 b'}' | b']' => {
                     if closers.pop() != Some(b) {
-                        return Err(self.err("unbalanced brackets"));
+                        return Err(self.err(UNBALANCED));
                     }
                     self.take(1, &mut out, cap, &mut fit);
                     if closers.is_empty() {

@@ -44,8 +44,10 @@ pub struct Nesting {
     escaped: bool,
 }
 
-const UNBALANCED: &str = "unbalanced brackets";
-const TOO_DEEP: &str = "nesting deeper than 512 levels";
+/// What a bracket that does not match its opener is called.
+pub const UNBALANCED: &str = "unbalanced brackets";
+/// What an opener past [`MAX_DEPTH`] is called.
+pub const TOO_DEEP: &str = "nesting deeper than 512 levels";
 
 impl Nesting {
     /// Ready for a new container (the allocation of the bracket stack is kept).
@@ -62,16 +64,22 @@ impl Nesting {
 
     /// Reads the next piece of the container.
     pub fn feed(&mut self, piece: &[u8]) -> Step {
-        let mut at = 0;
+        // Whole blocks where the target has the compares, the rest byte by byte.
         #[cfg(target_arch = "x86_64")]
-        while let Some(block) = piece.get(at..at + 64) {
-            let block: &[u8; 64] = block.try_into().expect("64 bytes");
-            match self.block(block) {
-                Step::More => at += 64,
-                Step::Ended(i) => return Step::Ended(at + i),
-                Step::Bad(i, what) => return Step::Bad(at + i, what),
+        let at = {
+            let mut at = 0;
+            while let Some(block) = piece.get(at..at + 64) {
+                let block: &[u8; 64] = block.try_into().expect("64 bytes");
+                match self.block(block) {
+                    Step::More => at += 64,
+                    Step::Ended(i) => return Step::Ended(at + i),
+                    Step::Bad(i, what) => return Step::Bad(at + i, what),
+                }
             }
-        }
+            at
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let at = 0;
         match self.bytes(piece.get(at..).unwrap_or_default()) {
             Step::More => Step::More,
             Step::Ended(i) => Step::Ended(at + i),
