@@ -95,10 +95,13 @@ struct TcpChecker {
     /// Low byte of the sequence number of position 0, learnt from the first data byte.
     origin: [Option<u8>; 2],
     ended: [bool; 2],
+    /// Calls of any kind.
+    calls: u64,
 }
 
 impl StreamSink for TcpChecker {
     fn data(&mut self, dir: Direction, bytes: &[u8], _mark: Mark) {
+        self.calls += 1;
         let d = dir.index();
         assert!(!self.ended[d], "data after end");
         assert!(!bytes.is_empty(), "empty data call");
@@ -116,6 +119,7 @@ impl StreamSink for TcpChecker {
         self.position[d] += bytes.len() as u64;
     }
     fn gap(&mut self, dir: Direction, len: u64, _mark: Mark) {
+        self.calls += 1;
         let d = dir.index();
         assert!(!self.ended[d], "gap after end");
         assert!(len > 0, "empty gap");
@@ -124,9 +128,22 @@ impl StreamSink for TcpChecker {
             .expect("position overflow");
     }
     fn end(&mut self, dir: Direction, _how: StreamEnd, _mark: Mark) {
+        self.calls += 1;
         let d = dir.index();
         assert!(!self.ended[d], "end twice");
         self.ended[d] = true;
+    }
+    fn ahead_of_peer(&mut self, _dir: Direction, _mark: Mark, _unseen: u64) {
+        self.calls += 1;
+    }
+    fn after_peer(&mut self, _dir: Direction, _mark: Mark) {
+        self.calls += 1;
+    }
+    fn before_peer(&mut self, _dir: Direction, _mark: Mark, _unacked: u64) {
+        self.calls += 1;
+    }
+    fn sent_unseen(&mut self, _dir: Direction, _mark: Mark) {
+        self.calls += 1;
     }
 }
 
@@ -140,6 +157,10 @@ const OOO_LIMITS: [usize; 8] = [0, 1, 64, 100, 1000, 4096, 65_536, 4 << 20];
 /// offset (LE) from the other direction's base; byte 5: payload length.
 /// The input starts with the two base sequence numbers (LE u32 each) and one byte choosing the
 /// out-of-order limit. Payload byte i of a segment is the low byte of its sequence number.
+///
+/// A second connection is fed the same segments, pure acknowledgments through
+/// `TcpConnection::quiet_ack` where it takes them: each one taken must leave the state the
+/// segment path leaves, and the segment path must have called its sink for none of them.
 pub fn tcp_reassembly(data: &[u8]) {
     let Some((head, mut rest)) = data.split_at_checked(9) else {
         return;
@@ -154,6 +175,8 @@ pub fn tcp_reassembly(data: &[u8]) {
     };
     let mut conn = TcpConnection::new(&limits);
     let mut sink = TcpChecker::default();
+    let mut quick = TcpConnection::new(&limits);
+    let mut quick_sink = TcpChecker::default();
     let mut payload = Vec::with_capacity(256);
     let mut frame = 0u64;
     while let Some((rec, tail)) = rest.split_at_checked(6) {
@@ -185,9 +208,33 @@ pub fn tcp_reassembly(data: &[u8]) {
             payload: &payload,
             mark: Mark::new(frame, frame as i64),
         };
+        let calls = sink.calls;
         conn.segment(dir, &seg, &mut sink);
+        if quick.quiet_ack(dir, &seg) {
+            assert_eq!(
+                sink.calls, calls,
+                "the segment path spoke of a quiet acknowledgment"
+            );
+            assert_eq!(
+                format!("{conn:?}"),
+                format!("{quick:?}"),
+                "a quiet acknowledgment left another state than the segment path"
+            );
+        } else {
+            quick.segment(dir, &seg, &mut quick_sink);
+        }
     }
     conn.finish(StreamEnd::CaptureEnd, Mark::new(frame + 1, 0), &mut sink);
+    quick.finish(
+        StreamEnd::CaptureEnd,
+        Mark::new(frame + 1, 0),
+        &mut quick_sink,
+    );
+    assert_eq!(
+        (quick_sink.calls, quick_sink.position),
+        (sink.calls, sink.position),
+        "the connection that took quiet acknowledgments told another story"
+    );
     for dir in [Direction::Forward, Direction::Reverse] {
         assert!(sink.ended[dir.index()], "a direction never ended");
         assert_eq!(
