@@ -2023,6 +2023,12 @@ mod tests {
         plan
     }
 
+    /// A SYN and its SYN-ACK: each direction's bytes start after its initial number.
+    fn handshake(w: &mut Wire, isn: [u32; 2]) {
+        w.send(Forward, isn[0], 0, "S", b"");
+        w.send(Reverse, isn[1], isn[0].wrapping_add(1), "SA", b"");
+    }
+
     /// Feeds a SYN, a SYN-ACK, then the plan; returns what each direction received.
     fn run(
         streams: [&[u8]; 2],
@@ -2032,8 +2038,7 @@ mod tests {
     ) -> (Recorder, TcpStats) {
         let mut w = Wire::new(max_out_of_order_bytes);
         let first = |dir: Direction| isn[dir.index()].wrapping_add(1);
-        w.send(Forward, isn[0], 0, "S", b"");
-        w.send(Reverse, isn[1], first(Forward), "SA", b"");
+        handshake(&mut w, isn);
         for item in plan {
             match *item {
                 Planned::Data(dir, start, end) => {
@@ -2119,35 +2124,26 @@ mod tests {
         limit: usize,
     ) -> u64 {
         let (mut general, mut quick) = (Wire::new(limit), Wire::new(limit));
+        handshake(&mut general, isn);
+        handshake(&mut quick, isn);
         let first = |dir: Direction| isn[dir.index()].wrapping_add(1);
         let mut taken = 0;
-        let handshake = [
-            (Forward, isn[0], 0, "S"),
-            (Reverse, isn[1], first(Forward), "SA"),
-        ];
-        let segments = handshake
-            .iter()
-            .map(|&(dir, seq, ack, spec)| (dir, seq, ack, spec, &[][..]));
-        let rest = plan.iter().map(|&(dir, seq, ack, spec, from, to)| {
-            let seq = first(dir).wrapping_add(seq);
-            let ack = first(dir.other()).wrapping_add(ack);
-            (dir, seq, ack, spec, &streams[dir.index()][from..to])
-        });
-        for (i, (dir, seq, ack, spec, payload)) in segments.chain(rest).enumerate() {
+        for (i, &(dir, seq, ack, spec, from, to)) in plan.iter().enumerate() {
+            let payload = &streams[dir.index()][from..to];
             let (seq, ack, spec) = if spec.starts_with('Q') {
                 let [this, other] = [dir, dir.other()].map(|d| &general.conn.halves[d.index()]);
                 let at = |h: &HalfStream, back: u64| {
                     h.origin_seq
                         .wrapping_add(h.next.saturating_sub(back) as u32)
                 };
-                let back = u64::from(ack.wrapping_sub(first(dir.other())));
                 let spec = if spec == "QR" { "RA" } else { "A" };
-                (at(this, 0), at(other, back), spec)
+                (at(this, 0), at(other, u64::from(ack)), spec)
             } else {
-                (seq, ack, spec)
+                let seq = first(dir).wrapping_add(seq);
+                (seq, first(dir.other()).wrapping_add(ack), spec)
             };
-            general.send(dir, seq, ack, spec, payload);
-            let mark = Mark::new(i as u64 + 1, (i as i64 + 1) * 1_000);
+            let mark = general.send(dir, seq, ack, spec, payload);
+            // The frame `finish` marks the ends with, as `send` would have counted it.
             quick.frame += 1;
             let seg = TcpSegment {
                 seq,
