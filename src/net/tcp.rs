@@ -2183,7 +2183,7 @@ mod tests {
         let streams: [&[u8]; 2] = [&[7; 300], &[9; 300]];
         let (mut taken, mut declined) = (0, 0);
         for seed in 1..=2_000u64 {
-            let mut rng = XorShift(seed * 0x9e37_79b9_7f4a_7c15);
+            let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let plan = quiet_plan([300, 300], &mut rng);
             let isn = [rng.next() as u32, rng.next() as u32];
             let limit = [0, 100, 4 << 20][seed as usize % 3];
