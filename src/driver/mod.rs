@@ -835,7 +835,7 @@ impl Shard {
             payload,
             mark: m.mark,
         };
-        // About half of the frames only acknowledge what was delivered: TCP counts them, and
+        // Often about half the frames only acknowledge what was delivered: TCP counts them, and
         // nothing above it hears of them, so the connection neither closes nor ends here.
         if c.tcp.quiet_ack(m.dir, &seg) {
             return;

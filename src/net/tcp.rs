@@ -886,8 +886,8 @@ impl TcpConnection {
 
     /// Takes a segment that only acknowledges, when [`segment`](Self::segment) would change
     /// nothing but the count of segments and how far the other direction is acknowledged, and
-    /// would give the sink nothing: about half of a capture's frames are such acknowledgments.
-    /// Any other segment is left for `segment`: false, and nothing changed.
+    /// would give the sink nothing: often about half of a capture's frames are such
+    /// acknowledgments. Any other segment is left for `segment`: false, and nothing changed.
     ///
     /// Why each step of `segment` is idle then: no SYN, FIN or RST and no payload; nothing held
     /// in either direction (none to release or to hold back); both directions started and
