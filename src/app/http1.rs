@@ -1631,6 +1631,27 @@ impl ChunkState {
         }
     }
 
+    /// The chunk data from `start` on, `remaining` bytes of it still to come: as much as
+    /// `input` holds, then the CRLF after the last byte when it follows whole (anything else
+    /// there is the `DataEnd` state's to read).
+    fn data_step(&mut self, input: &[u8], start: usize, mut remaining: u64) -> FramingStep {
+        let take = take_up_to(&mut remaining, input.len().saturating_sub(start));
+        let mut used = start + take;
+        *self = if remaining > 0 {
+            ChunkState::Data(remaining)
+        } else if input.get(used..used + 2) == Some(b"\r\n") {
+            used += 2;
+            ChunkState::new_size()
+        } else {
+            ChunkState::DataEnd { seen_cr: false }
+        };
+        FramingStep {
+            used,
+            data: Some(start..start + take),
+            event: FramingEvent::Continue,
+        }
+    }
+
     fn advance(&mut self, input: &[u8], max_line: usize) -> FramingStep {
         let bad = |used: usize| FramingStep {
             used,
@@ -1649,6 +1670,14 @@ impl ChunkState {
                 digits_done,
                 line_len,
             } => {
+                // The usual line (plain digits, CRLF) whole in the input, with the chunk's
+                // data after it: one step instead of one for each.
+                if *line_len == 0
+                    && !*has_digit
+                    && let Some((start, size)) = size_line(input, max_line)
+                {
+                    return self.data_step(input, start, size);
+                }
                 // Bytes past the line limit are never looked at, so a long line is given up at
                 // the same byte however the input is cut.
                 let allowance = max_line.saturating_sub(*line_len).saturating_add(1);
@@ -1703,15 +1732,8 @@ impl ChunkState {
                 step(i, FramingEvent::Continue)
             }
             ChunkState::Data(remaining) => {
-                let take = take_up_to(remaining, input.len());
-                if *remaining == 0 {
-                    *self = ChunkState::DataEnd { seen_cr: false };
-                }
-                FramingStep {
-                    used: take,
-                    data: Some(0..take),
-                    event: FramingEvent::Continue,
-                }
+                let remaining = *remaining;
+                self.data_step(input, 0, remaining)
             }
             ChunkState::DataEnd { seen_cr } => match input.first() {
                 // The usual CRLF whole: both bytes in one step.
@@ -1788,6 +1810,26 @@ impl ChunkState {
             }
         }
     }
+}
+
+/// A chunk-size line at the start of `input` made of 1 to 15 hex digits and CRLF, its value
+/// not zero and its LF within `max_line` bytes of its start: the line's length and the value.
+fn size_line(input: &[u8], max_line: usize) -> Option<(usize, u64)> {
+    let mut value = 0u64;
+    for (i, &b) in input.iter().take(17).enumerate() {
+        if let Some(digit) = hex_value(b) {
+            // At most 15 digits: the value stays below 2^60.
+            value = (value << 4) | digit;
+            continue;
+        }
+        let whole = b == b'\r'
+            && (1..=15).contains(&i)
+            && input.get(i + 1) == Some(&b'\n')
+            && i < max_line
+            && value != 0;
+        return whole.then_some((i + 2, value));
+    }
+    None
 }
 
 fn hex_value(b: u8) -> Option<u64> {
@@ -3238,6 +3280,116 @@ mod tests {
         let step = framing.advance(b"ffffffffffffffff\r\n", 100);
         assert_eq!((step.used, step.event), (18, FramingEvent::Continue));
         assert_eq!(framing, BodyFraming::Chunked(ChunkState::Data(u64::MAX)));
+    }
+
+    /// What a chunked body gave when fed in `pieces`: its data, the step that ended it
+    /// (none while it goes on), the bytes used up to there, the framing's state after, and the
+    /// number of steps.
+    fn frame_pieces(
+        body: &[u8],
+        pieces: &mut dyn FnMut(usize) -> usize,
+        max_line: usize,
+    ) -> (Vec<u8>, Option<FramingEvent>, usize, BodyFraming, usize) {
+        let mut framing = BodyFraming::chunked();
+        let (mut data, mut used, mut steps) = (Vec::new(), 0, 0);
+        let mut at = 0;
+        while at < body.len() {
+            let end = (at + pieces(body.len() - at)).min(body.len());
+            let mut rest = &body[at..end];
+            at = end;
+            while !rest.is_empty() {
+                let step = framing.advance(rest, max_line);
+                steps += 1;
+                if let Some(range) = step.data {
+                    data.extend_from_slice(&rest[range]);
+                }
+                used += step.used;
+                rest = &rest[step.used..];
+                if step.event != FramingEvent::Continue {
+                    return (data, Some(step.event), used, framing, steps);
+                }
+                assert!(step.used > 0, "a step on {} bytes took none", rest.len());
+            }
+        }
+        (data, None, used, framing, steps)
+    }
+
+    #[test]
+    fn chunks_read_whole_answer_as_state_by_state() {
+        // Fed a byte at a time, every part of a chunk (size line, data, CRLF) is a step of its
+        // own; fed whole, the usual chunk is one step. Both must give the same data, end, and
+        // state, on usual chunks and every odd shape beside them.
+        let mut rng = XorShift(0x5EED_C4A7);
+        let mut fast_steps = 0;
+        for case in 0..3_000 {
+            let mut body = Vec::new();
+            let mut chunks = 0;
+            for _ in 0..1 + rng.next() % 6 {
+                let size = match rng.next() % 8 {
+                    0 => 1 + rng.next() % 3,
+                    1 => 1 + rng.next() % 5_000,
+                    _ => 1 + rng.next() % 300,
+                };
+                let mut line = match rng.next() % 12 {
+                    0 => format!("{size:X}"),
+                    1 => format!("000{size:x}"),
+                    2 => format!("{size:016x}"),
+                    _ => format!("{size:x}"),
+                };
+                match rng.next() % 16 {
+                    0 => line.push_str(";ext=1"),
+                    1 => line.push(' '),
+                    2 => line.push(';'),
+                    _ => {}
+                }
+                line.push_str(if rng.next().is_multiple_of(16) {
+                    "\n"
+                } else {
+                    "\r\n"
+                });
+                body.extend_from_slice(line.as_bytes());
+                // Data holding line ends and digits too, the bytes the framing looks for.
+                body.extend((0..size).map(|_| b"ab\r\n;0f"[(rng.next() % 7) as usize]));
+                body.extend_from_slice(match rng.next() % 16 {
+                    0 => b"\n".as_slice(),
+                    1 => b"x\r\n",
+                    2 => b"\r",
+                    _ => b"\r\n",
+                });
+                chunks += 1;
+            }
+            if !rng.next().is_multiple_of(4) {
+                body.extend_from_slice(b"0\r\n");
+                if rng.next().is_multiple_of(3) {
+                    body.extend_from_slice(b"X-Trailer: 1\r\n");
+                }
+                body.extend_from_slice(b"\r\n");
+            }
+            // A few bytes of damage somewhere.
+            if rng.next().is_multiple_of(10) {
+                let at = (rng.next() % body.len() as u64) as usize;
+                body[at] = [b'g', b'\r', b'\n', b';', 0][(rng.next() % 5) as usize];
+            }
+            let max_line = if case % 7 == 0 { 3 } else { 64 };
+            let bytewise = frame_pieces(&body, &mut |_| 1, max_line);
+            let whole = frame_pieces(&body, &mut |n| n, max_line);
+            let mut split = XorShift(case + 1);
+            let random = frame_pieces(&body, &mut |_| 1 + (split.next() % 40) as usize, max_line);
+            // The state matters while the body goes on; once it ended, it is dropped.
+            let answer = |r: &(Vec<u8>, Option<FramingEvent>, usize, BodyFraming, usize)| {
+                (r.0.clone(), r.1, r.2, r.1.is_none().then_some(r.3))
+            };
+            assert_eq!(answer(&whole), answer(&bytewise), "case {case}: {body:?}");
+            assert_eq!(answer(&random), answer(&bytewise), "case {case}: {body:?}");
+            if whole.4 <= chunks + 2 {
+                fast_steps += 1;
+            }
+        }
+        // The usual bodies were read a step a chunk (plus the last chunk's own steps at most).
+        assert!(
+            fast_steps > 1_000,
+            "only {fast_steps} bodies read a step a chunk"
+        );
     }
 
     #[test]
