@@ -1435,7 +1435,9 @@ fn read_packets<'a, D: Dispatch>(
         let base = frame_base(member.no);
         let mut progress_shown = 0;
         let mut packets = 0u64;
-        let mut times: Option<(i64, i64)> = None;
+        // The first and last packet times of the file (0: none yet); a packet with no time
+        // (0) leaves them be.
+        let (mut first_ns, mut last_ns) = (0i64, 0i64);
         loop {
             if let Some(bar) = &opts.progress {
                 let at = reader.position();
@@ -1467,8 +1469,10 @@ fn read_packets<'a, D: Dispatch>(
             let mark = Mark::new(frame, packet.time_ns);
             last = mark;
             if packet.time_ns != 0 {
-                let (first, _) = times.unwrap_or((packet.time_ns, packet.time_ns));
-                times = Some((first, packet.time_ns));
+                if first_ns == 0 {
+                    first_ns = packet.time_ns;
+                }
+                last_ns = packet.time_ns;
             }
             if (packet.orig_len as usize) > packet.data.len() {
                 report.stats.coverage.count_cut(packet.data.len() as u64);
@@ -1504,6 +1508,7 @@ fn read_packets<'a, D: Dispatch>(
         if skipped > 0 {
             *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
         }
+        let times = (first_ns != 0).then_some((first_ns, last_ns));
         if let (Some((prev, prev_end)), Some((first, _))) = (&before, times)
             && first < *prev_end
         {

@@ -298,6 +298,9 @@ impl<R: Read> CaptureReader<R> {
     /// The next packet, or `None` at the end of the file (a final record cut short ends the
     /// packets too; see [`Self::truncated_at`]). Embedded secrets are passed over.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, CaptureError> {
+        if let Some(p) = self.buffered_packet() {
+            return Ok(Some(self.packet_of(p)));
+        }
         loop {
             match self.next_found()? {
                 Next::Packet(p) => return Ok(Some(self.packet_of(p))),
@@ -309,6 +312,9 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next packet or embedded key log, in file order, or `None` at the end of the file.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        if let Some(p) = self.buffered_packet() {
+            return Ok(Some(Record::Packet(self.packet_of(p))));
+        }
         loop {
             match self.next_found()? {
                 Next::Packet(p) => return Ok(Some(Record::Packet(self.packet_of(p)))),
@@ -351,6 +357,60 @@ impl<R: Read> CaptureReader<R> {
             self.truncated_at = Some(self.offset);
         }
         Next::End
+    }
+
+    /// The next record when it is a pcap packet the buffer holds whole: see
+    /// [`Self::buffered_pcap_record`].
+    #[inline]
+    fn buffered_packet(&mut self) -> Option<Found> {
+        match self.format {
+            Format::Pcap {
+                endian,
+                nanos,
+                linktype,
+            } => self.buffered_pcap_record(endian, nanos, linktype),
+            Format::PcapNg { .. } => None,
+        }
+    }
+
+    /// A pcap record whose bytes the buffer holds whole, taken without a read or an error to
+    /// carry: nearly every record. `None` (nothing taken) for the rest, which
+    /// [`Self::next_pcap_record`] reads, reporting what is wrong with them.
+    #[inline]
+    fn buffered_pcap_record(
+        &mut self,
+        endian: Endian,
+        nanos: bool,
+        linktype: u32,
+    ) -> Option<Found> {
+        let avail = self.buf.get(self.start..self.end)?;
+        let h: &[u8; 16] = avail.first_chunk()?;
+        // The four fields read in the file's byte order, with one test of that order.
+        let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let mut fields = [word(0), word(4), word(8), word(12)];
+        if matches!(endian, Endian::Big) {
+            fields = fields.map(u32::swap_bytes);
+        }
+        let [ts_sec, ts_frac, caplen, orig_len] = fields;
+        let caplen = caplen as usize;
+        if caplen > self.max_block || avail.len() - 16 < caplen {
+            return None;
+        }
+        let frac_ns = if nanos {
+            ts_frac as i64
+        } else {
+            ts_frac as i64 * 1000
+        };
+        let rec = Found {
+            time_ns: (ts_sec as i64) * 1_000_000_000 + frac_ns,
+            linktype,
+            data_start: self.start + 16,
+            data_len: caplen,
+            orig_len,
+            offset: self.offset,
+        };
+        self.consume(16 + caplen);
+        Some(rec)
     }
 
     #[inline]
