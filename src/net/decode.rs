@@ -83,6 +83,7 @@ pub mod linktype {
 }
 
 /// Decodes a packet down to TCP.
+#[inline]
 pub fn decode(linktype: u32, data: &[u8]) -> Result<TcpPacket<'_>, Skip> {
     if linktype == linktype::ETHERNET
         && let Some(p) = ethernet_ipv4_tcp(data)
@@ -103,7 +104,7 @@ fn decode_any(linktype: u32, data: &[u8]) -> Result<TcpPacket<'_>, Skip> {
 /// The frame most captures hold, read at fixed offsets in one pass: Ethernet II with no VLAN
 /// tag, IPv4 (options allowed) that is no fragment, TCP. `None` for anything else, which
 /// [`decode_any`] then reads; it gives these frames the same answer, only slower.
-#[inline]
+#[inline(always)]
 fn ethernet_ipv4_tcp(data: &[u8]) -> Option<TcpPacket<'_>> {
     // Ethernet header (14 bytes), then the fixed part of the IPv4 header (20).
     let h: &[u8; 34] = data.first_chunk()?;
