@@ -396,6 +396,19 @@ impl<R: Read> CaptureReader<R> {
         if caplen > self.max_block || avail.len() - 16 < caplen {
             return None;
         }
+        Some(self.take_pcap_record([ts_sec, ts_frac, orig_len], caplen, nanos, linktype))
+    }
+
+    /// Takes the pcap record at the buffer's start, whose header fields (seconds, fraction,
+    /// original length) were read and whose `caplen` bytes of data are buffered.
+    #[inline]
+    fn take_pcap_record(
+        &mut self,
+        [ts_sec, ts_frac, orig_len]: [u32; 3],
+        caplen: usize,
+        nanos: bool,
+        linktype: u32,
+    ) -> Found {
         let frac_ns = if nanos {
             ts_frac as i64
         } else {
@@ -410,7 +423,7 @@ impl<R: Read> CaptureReader<R> {
             offset: self.offset,
         };
         self.consume(16 + caplen);
-        Some(rec)
+        rec
     }
 
     #[inline]
@@ -437,20 +450,7 @@ impl<R: Read> CaptureReader<R> {
         if !self.fill(16 + caplen)? {
             return Ok(self.cut_short());
         }
-        let frac_ns = if nanos {
-            ts_frac as i64
-        } else {
-            ts_frac as i64 * 1000
-        };
-        let rec = Found {
-            time_ns: (ts_sec as i64) * 1_000_000_000 + frac_ns,
-            linktype,
-            data_start: self.start + 16,
-            data_len: caplen,
-            orig_len,
-            offset: self.offset,
-        };
-        self.consume(16 + caplen);
+        let rec = self.take_pcap_record([ts_sec, ts_frac, orig_len], caplen, nanos, linktype);
         Ok(Next::Packet(rec))
     }
 
