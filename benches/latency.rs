@@ -5,8 +5,10 @@
 //! Input: none. Output: for working sets from 16 KiB to 512 MiB, the nanoseconds of one read
 //! that depends on the one before it (a walk through 64-byte lines in a random cyclic order,
 //! so that neither the prefetchers nor out-of-order execution hide the wait), and the ratio to
-//! the smallest. `cargo bench --bench latency`. Alone on the machine it runs in about 20 seconds
-//! once built.
+//! the smallest; then the same walk on two threads at once, each through a working set of its
+//! own of that size (the slower thread's figure): where the two cores share their last level
+//! of cache, two sets that each fit alone evict each other, as the two workers of `-j2` do.
+//! `cargo bench --bench latency`. Alone on the machine it runs in about 40 seconds once built.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -32,17 +34,33 @@ impl Rng {
 
 /// Nanoseconds per read when `bytes` of lines are walked in a random cycle.
 fn ns_per_read(bytes: usize, rng: &mut Rng) -> f64 {
-    let lines = bytes / LINE;
+    let next = cycle(bytes, rng);
+    walk(&next, lines_of(bytes))
+}
+
+fn lines_of(bytes: usize) -> usize {
+    bytes / LINE
+}
+
+/// The lines of `bytes` linked in one random cycle: each line's first slot holds where the
+/// next line of the cycle starts.
+fn cycle(bytes: usize, rng: &mut Rng) -> Vec<usize> {
+    let lines = lines_of(bytes);
     let mut order: Vec<usize> = (0..lines).collect();
     for i in (1..lines).rev() {
         let j = (rng.next() % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
-    // Each line's first slot holds where the next line of the cycle starts.
     let mut next = vec![0usize; lines * SLOTS];
     for (k, &line) in order.iter().enumerate() {
         next[line * SLOTS] = order[(k + 1) % lines] * SLOTS;
     }
+    next
+}
+
+/// Nanoseconds per read along the cycle `next` of `lines` lines, once it has been walked
+/// through (or a million lines of it) to warm the caches.
+fn walk(next: &[usize], lines: usize) -> f64 {
     let mut at = 0;
     for _ in 0..lines.min(1 << 20) {
         at = next[at];
@@ -56,21 +74,54 @@ fn ns_per_read(bytes: usize, rng: &mut Rng) -> f64 {
     elapsed.as_secs_f64() * 1e9 / READS as f64
 }
 
+/// Nanoseconds per read on two threads walking at the same time, each its own cycle of
+/// `bytes`: the slower thread's. Both cycles are built before either thread starts, and the
+/// threads start their timed walks together.
+fn ns_per_read_two_at_once(bytes: usize, rng: &mut Rng) -> f64 {
+    let cycles = [cycle(bytes, rng), cycle(bytes, rng)];
+    let start = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let walks: Vec<_> = cycles
+            .iter()
+            .map(|next| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    walk(next, lines_of(bytes))
+                })
+            })
+            .collect();
+        walks
+            .into_iter()
+            .map(|w| w.join().unwrap_or(f64::NAN))
+            .fold(0.0, f64::max)
+    })
+}
+
 fn main() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    println!("| working set | ns per dependent read | × the 16 KiB read |");
-    println!("|---|---|---|");
+    println!(
+        "| working set | ns per dependent read | × the 16 KiB read | two threads at once, \
+         a set each: ns |"
+    );
+    println!("|---|---|---|---|");
     let mut first = None;
     for kib in [
-        16, 256, 1024, 2048, 3072, 8192, 16384, 32768, 131_072, 524_288,
+        16, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768, 131_072, 524_288,
     ] {
         let ns = ns_per_read(kib << 10, &mut rng);
         let base = *first.get_or_insert(ns);
+        // Two sets of 512 MiB would be 1 GiB more; the curve is flat long before.
+        let two = if kib <= 131_072 {
+            format!("{:.1}", ns_per_read_two_at_once(kib << 10, &mut rng))
+        } else {
+            "".to_string()
+        };
         let size = if kib >= 1024 {
             format!("{} MiB", kib / 1024)
         } else {
             format!("{kib} KiB")
         };
-        println!("| {size} | {ns:.1} | {:.0} |", ns / base);
+        println!("| {size} | {ns:.1} | {:.0} | {two} |", ns / base);
     }
 }
