@@ -34,18 +34,13 @@ impl Rng {
 
 /// Nanoseconds per read when `bytes` of lines are walked in a random cycle.
 fn ns_per_read(bytes: usize, rng: &mut Rng) -> f64 {
-    let next = cycle(bytes, rng);
-    walk(&next, lines_of(bytes))
-}
-
-fn lines_of(bytes: usize) -> usize {
-    bytes / LINE
+    walk(&cycle(bytes, rng))
 }
 
 /// The lines of `bytes` linked in one random cycle: each line's first slot holds where the
 /// next line of the cycle starts.
 fn cycle(bytes: usize, rng: &mut Rng) -> Vec<usize> {
-    let lines = lines_of(bytes);
+    let lines = bytes / LINE;
     let mut order: Vec<usize> = (0..lines).collect();
     for i in (1..lines).rev() {
         let j = (rng.next() % (i as u64 + 1)) as usize;
@@ -58,9 +53,10 @@ fn cycle(bytes: usize, rng: &mut Rng) -> Vec<usize> {
     next
 }
 
-/// Nanoseconds per read along the cycle `next` of `lines` lines, once it has been walked
-/// through (or a million lines of it) to warm the caches.
-fn walk(next: &[usize], lines: usize) -> f64 {
+/// Nanoseconds per read along the cycle `next`, once it has been walked through (or a million
+/// lines of it) to warm the caches.
+fn walk(next: &[usize]) -> f64 {
+    let lines = next.len() / SLOTS;
     let mut at = 0;
     for _ in 0..lines.min(1 << 20) {
         at = next[at];
@@ -87,13 +83,13 @@ fn ns_per_read_two_at_once(bytes: usize, rng: &mut Rng) -> f64 {
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
-                    walk(next, lines_of(bytes))
+                    walk(next)
                 })
             })
             .collect();
         walks
             .into_iter()
-            .map(|w| w.join().unwrap_or(f64::NAN))
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .fold(0.0, f64::max)
     })
 }
