@@ -1299,8 +1299,9 @@ struct MaxInt {
 }
 
 impl MaxInt {
-    /// `value` is `small_value(text)`, computed once per event by the caller.
-    fn see(&mut self, text: &str, value: Option<u64>, id: &[u8], mark: Mark, id_index: u64) {
+    /// `value` is the id's value when it fits 64 bits, computed once per event by the caller;
+    /// the id is a whole decimal integer. Its text is read only past 64 bits.
+    fn see(&mut self, value: Option<u64>, id: &[u8], mark: Mark, id_index: u64) {
         match (value, &self.big) {
             (Some(v), None) => {
                 if !self.seen || self.value.is_none_or(|cur| v > cur) {
@@ -1312,6 +1313,9 @@ impl MaxInt {
             }
             (Some(_), Some(_)) => {}
             (None, _) => {
+                let Ok(text) = std::str::from_utf8(id) else {
+                    return;
+                };
                 let higher = match &self.big {
                     Some(b) => above(text, &b.text, None),
                     None => true,
@@ -1571,7 +1575,11 @@ impl StreamFacts {
         if priming {
             s.priming += 1;
         }
-        let text = std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
+        // The id's text, when it is UTF-8 and whole. An integer's digits are both, unless
+        // cut: its text is read below only where one is needed (an id past 64 bits, or with
+        // leading zeros), not at every event.
+        let text_of = || std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
+        let text = if integer_id { None } else { text_of() };
         let shaped = match text {
             // Integers are compared as they are: they have no shape to learn.
             Some(t) if !integer_id => self.shape.step(s, t),
@@ -1604,19 +1612,21 @@ impl StreamFacts {
             s.facts_dropped += 1;
         }
         if s.first_id.is_none() {
-            set_seen(&mut s.first_id, id, text, ev.mark, id_index);
+            // A first id is made from its bytes: the text is not read.
+            s.first_id = Some(new_seen(id, ev.mark, id_index));
         }
-        if integer_id && let Some(text) = text {
-            self.max_int.see(text, int_value, id, ev.mark, id_index);
+        if integer_id && !ev.id_truncated {
+            self.max_int.see(int_value, id, ev.mark, id_index);
         }
         // The text of an integer written without leading zeros is its value: it is written
         // out once, when the stream ends, rather than copied at every event.
         match int_value {
-            Some(v) if text.is_some() && (id.len() == 1 || id.first() != Some(&b'0')) => {
+            Some(v) if !ev.id_truncated && (id.len() == 1 || id.first() != Some(&b'0')) => {
                 self.last_int = Some((v, ev.mark, id_index));
             }
             _ => {
                 self.last_int = None;
+                let text = if integer_id { text_of() } else { text };
                 set_seen(&mut s.last_id, id, text, ev.mark, id_index);
             }
         }
@@ -2274,7 +2284,6 @@ mod tests {
         let mut max = MaxInt::default();
         let mut see = |text: &str, frame: u64| {
             max.see(
-                text,
                 small_value(text),
                 text.as_bytes(),
                 Mark::new(frame, 0),
@@ -2295,7 +2304,6 @@ mod tests {
         let mut small = MaxInt::default();
         for (i, t) in ["9", "12", "11"].into_iter().enumerate() {
             small.see(
-                t,
                 small_value(t),
                 t.as_bytes(),
                 Mark::new(i as u64, 0),
