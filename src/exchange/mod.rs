@@ -1581,8 +1581,8 @@ impl StreamFacts {
         let text_of = || std::str::from_utf8(id).ok().filter(|_| !ev.id_truncated);
         let text = if integer_id { None } else { text_of() };
         let shaped = match text {
-            // Integers are compared as they are: they have no shape to learn.
-            Some(t) if !integer_id => self.shape.step(s, t),
+            // Integers (no text here) are compared as they are: they have no shape to learn.
+            Some(t) => self.shape.step(s, t),
             _ => {
                 self.shape = ShapeState::default();
                 None
