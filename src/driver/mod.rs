@@ -9,7 +9,8 @@
 //! Invariants:
 //! - Connections are numbered in order of their first packet, as Wireshark's `tcp.stream`
 //!   numbers them, by the single reader of a capture; shards only ever see whole connections,
-//!   so the report is the same for any thread count.
+//!   so the report is the same for any thread count. With `-jN` there are `2N` shards, each
+//!   taken by whichever worker is free, one worker at a time, its batches in order.
 //! - The reader's flow table is bounded by `Limits::max_connections` (least recently active
 //!   evicted first); connections closed by either side leave it after a quiet minute of
 //!   capture time.
@@ -1014,7 +1015,7 @@ impl Shard {
         }
     }
 
-    fn finish(mut self, mark: Mark) -> Self {
+    fn finish(&mut self, mark: Mark) {
         self.finishing = true;
         let mut open: Vec<u64> = self.conns.keys().copied().collect();
         open.extend(self.unread.keys());
@@ -1022,7 +1023,6 @@ impl Shard {
         for s in open {
             self.close(s, StreamEnd::CaptureEnd, mark, END_OF_INPUT);
         }
-        self
     }
 }
 
@@ -1160,17 +1160,21 @@ trait Dispatch {
 /// event is let through once every shard has said it is past the event's frame.
 struct Merger<'s> {
     facts: &'s mut dyn FactSink,
-    pending: Vec<Keyed>,
+    /// Per shard, the events it handed over and that are not let through yet, by frame.
+    held: Vec<std::collections::VecDeque<Keyed>>,
     /// Per shard, the last frame all of whose events it has handed over.
     done: Vec<u64>,
+    /// The events being let through, in key order (kept for its room).
+    out: Vec<Keyed>,
 }
 
 impl<'s> Merger<'s> {
     fn new(shards: usize, facts: &'s mut dyn FactSink) -> Self {
         Merger {
             facts,
-            pending: Vec::new(),
+            held: (0..shards).map(|_| Default::default()).collect(),
             done: vec![0; shards],
+            out: Vec::new(),
         }
     }
 
@@ -1184,26 +1188,44 @@ impl<'s> Merger<'s> {
                 .is_none_or(|&past| events.iter().all(|e| e.frame > past)),
             "shard {shard} handed over an event keyed at or below a frame it had said it was past"
         );
-        self.pending.append(events);
-        if let Some(d) = self.done.get_mut(shard) {
-            *d = (*d).max(done);
+        let (Some(held), Some(d)) = (self.held.get_mut(shard), self.done.get_mut(shard)) else {
+            return;
+        };
+        *d = (*d).max(done);
+        if events.is_empty() {
+            return;
+        }
+        // A shard makes its events in the order of the frames it is given, so they come
+        // sorted by frame, and one hand-over's frames start where the last one's end (it may
+        // hold events of the frame being read when it was made): `release` takes each shard's
+        // events up to a frame from the front. Sorted here when that should ever not hold.
+        let sorted = events.is_sorted_by_key(|e| e.frame)
+            && held
+                .back()
+                .zip(events.first())
+                .is_none_or(|(last, first)| last.frame <= first.frame);
+        held.extend(events.drain(..));
+        if !sorted {
+            held.make_contiguous().sort_by_key(|e| e.frame);
         }
     }
 
     /// Gives the stage every event no shard can still precede.
     fn release(&mut self) {
         let upto = self.done.iter().copied().min().unwrap_or(END_OF_INPUT);
-        if self.pending.is_empty() {
+        for held in &mut self.held {
+            let n = held.partition_point(|k| k.frame <= upto);
+            self.out.extend(held.drain(..n));
+        }
+        if self.out.is_empty() {
             return;
         }
-        self.pending.sort_by_key(Keyed::key);
-        let n = self.pending.partition_point(|k| k.frame <= upto);
-        // Drained in place: the buffer keeps its room for the next events, where splitting
-        // it off allocated a new one at nearly every frame that ended an exchange.
-        let mut events = self.pending.drain(..n);
+        // Each shard's part is in frame order already: the sort merges them.
+        self.out.sort_by_key(Keyed::key);
         // With one shard (`-j1`) the stage runs on the thread that just wrote the events, and
         // asking ahead only cost time (the default mix's `-j1` CPU 0.34 -> 0.39 s).
         let ahead = self.done.len() > 1;
+        let mut events = self.out.drain(..);
         while let Some(k) = events.next() {
             // What the stage reads of an ended exchange was written on a worker's core: it is
             // asked for a few events ahead.
@@ -1278,13 +1300,13 @@ impl Batch {
 
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_MSGS: usize = 512;
-/// Batches queued per worker before the reader waits. With more threads than cores, a worker
-/// is sometimes off a core for a while; a short queue then fills, the reader waits on it, and
-/// the other worker may run dry: at 4, `perf sched` on the default mix with `-j2` found one
-/// core idle 36% of the run, at 16 (1 MiB of payload per worker) 16%. With 16 hand-overs to
-/// the stage (below), 16 takes 17–19% off the `-j2` wall time of the default and tiny mixes
-/// against 4, in alternated runs, for about 2 MiB more at the peak; 32 gained nothing more.
-/// Every batch ever made is kept, so the reserve is paid for at the peak.
+/// Batches queued per worker (in all shards' queues together) before the reader waits. With
+/// more threads than cores, a worker is sometimes off a core for a while; a short queue then
+/// fills and the reader waits on it: with a queue of its own per worker, at 4 `perf sched` on
+/// the default mix with `-j2` found one core idle 36% of the run, at 16 (1 MiB of payload per
+/// worker) 16%; 16 took 17–19% off the `-j2` wall time of the default and tiny mixes against
+/// 4, 32 gained nothing more. Shared by the shards, 8 cost those mixes 3% against 16 for 2 MiB
+/// less at the peak. Every batch ever made is kept, so the reserve is paid for at the peak.
 const BATCHES_QUEUED: usize = 16;
 /// Frames between two hand-overs to the session stage: every shard is sent what it has, so
 /// that a quiet shard does not hold the others' events back.
@@ -1304,29 +1326,280 @@ const HAND_OVER_EVENTS: usize = 128;
 /// 1 MiB more at the peak.
 const HANDED_QUEUED: usize = 16;
 
-/// What a worker gives back after a batch: its shard, the batch's `done` frame, its events.
+/// What a worker gives back after a batch: the shard, the batch's `done` frame, its events.
 type Handed = (usize, u64, Vec<Keyed>);
 
-/// Event buffers the session stage has emptied, given back to the worker that filled them:
-/// the worker's next events go into the room they already have, and the buffer is never
-/// freed on a thread other than the one that allocated it (glibc's malloc pays for such
-/// frees with a lock on the other thread's arena and consolidations).
+/// Event buffers the session stage has emptied, given back to the shard that filled them:
+/// the shard's next events go into the room they already have, rather than the stage freeing
+/// every buffer a worker allocated (a free on another thread than the allocation's costs the
+/// allocator more).
 type Emptied = mpsc::Sender<Vec<Keyed>>;
 
-struct Threaded {
-    senders: Vec<mpsc::SyncSender<Batch>>,
+/// Shards per worker thread. A connection's shard is fixed by its number; a shard is not tied
+/// to a worker but taken by whichever worker is free when it has batches queued. With one
+/// shard per worker, a worker whose connections were busier for a while filled its queue, the
+/// reader waited on it, and the other worker ran dry (`perf sched` on the default mix with
+/// `-j2`: 15% of both cores idle). Alternated runs, 256 MiB, `-j2`: two shards a worker took
+/// 15% off the tiny mix's wall time against one; four did no better than two, and held more
+/// events waiting for the slowest shard (3 MiB more at the peak of 3,000 sessions).
+const SHARDS_PER_WORKER: usize = 2;
+
+/// A shard, with the emptied event buffers the session stage gives back to it.
+struct Slot {
+    shard: Shard,
+    emptied: mpsc::Receiver<Vec<Keyed>>,
+    /// [`Shard::finish`] has run: the input is over and its last events are handed over.
+    finished: bool,
+}
+
+/// The batches queued for each shard, and the shards no worker holds.
+struct PoolState {
+    queues: Vec<std::collections::VecDeque<Batch>>,
+    /// `None` while a worker holds the shard.
+    slots: Vec<Option<Slot>>,
+    /// Batches in all queues.
+    queued: usize,
+    /// Workers waiting for a shard with work.
+    idle: usize,
+    /// The reader waits for room.
+    full: bool,
+    /// The reader is done: no more batches come, and the shards are finished at this mark.
+    closed: Option<Mark>,
+    /// A worker panicked: the run is going down, nobody waits any longer.
+    broken: bool,
+}
+
+impl PoolState {
+    /// The shard a worker should take next: `prefer` (the one it just had, whose state is
+    /// still in its cache) when it has work, else the first free one that has. `None` when
+    /// no free shard has work.
+    fn pick(&self, prefer: Option<usize>) -> Option<usize> {
+        let ready = |s: usize| self.slots[s].is_some() && !self.queues[s].is_empty();
+        prefer
+            .filter(|&s| ready(s))
+            .or_else(|| (0..self.slots.len()).find(|&s| ready(s)))
+    }
+}
+
+/// Work shared by the reader and the workers: a queue of batches per shard, at most one
+/// worker at a time on a shard, so that a shard's batches are processed in order.
+struct Pool {
+    state: std::sync::Mutex<PoolState>,
+    /// Signalled when a free shard gets work, or the reader is done.
+    work: std::sync::Condvar,
+    /// Signalled when a worker takes a batch while the reader waits for room.
+    room: std::sync::Condvar,
+    /// Batches queued in all before the reader waits.
+    cap: usize,
+    /// The session hashes of all shards, moved here from a shard once it holds
+    /// [`SHARD_SESSIONS`]: every shard sees most sessions of a capture (a session's
+    /// connections go to any shard), and sets of their own held each nearly all of them.
+    sessions: std::sync::Mutex<SessionSet>,
+}
+
+/// Session hashes a shard gathers before it moves them to the pool's set.
+const SHARD_SESSIONS: usize = 4096;
+
+impl Pool {
+    fn new(slots: Vec<Slot>, cap: usize) -> Self {
+        Pool {
+            state: std::sync::Mutex::new(PoolState {
+                queues: slots.iter().map(|_| Default::default()).collect(),
+                slots: slots.into_iter().map(Some).collect(),
+                queued: 0,
+                idle: 0,
+                full: false,
+                closed: None,
+                broken: false,
+            }),
+            work: std::sync::Condvar::new(),
+            room: std::sync::Condvar::new(),
+            cap,
+            sessions: Default::default(),
+        }
+    }
+
+    /// The state, even when a panicking worker left the lock poisoned: the state is
+    /// consistent between any two statements that hold it.
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `batch` for shard `s`, once there is room.
+    fn push(&self, s: usize, batch: Batch) {
+        let mut st = self.lock();
+        while st.queued >= self.cap && !st.broken {
+            st.full = true;
+            st = self
+                .room
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        st.full = false;
+        if st.broken {
+            // A worker is gone; its panic ends the run, so what is left is dropped.
+            return;
+        }
+        st.queues[s].push_back(batch);
+        st.queued += 1;
+        // A shard a worker holds is taken up again by that worker: no one else can.
+        if st.idle > 0 && st.slots[s].is_some() {
+            self.work.notify_one();
+        }
+    }
+
+    /// No more batches come; the shards are to be finished at `last`.
+    fn close(&self, last: Mark) {
+        self.lock().closed = Some(last);
+        self.work.notify_all();
+    }
+
+    /// Moves a shard's session hashes to the pool's set, once it holds enough of them or
+    /// `all` the same.
+    fn gather(&self, shard: &mut Shard, all: bool) {
+        if all || shard.sessions.held() >= SHARD_SESSIONS {
+            let mut to = self
+                .sessions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            shard.sessions.move_into(&mut to);
+        }
+    }
+
+    /// The shards, once every worker is done with them, in shard order, and the session
+    /// hashes moved out of them.
+    fn into_shards(self) -> (Vec<Shard>, SessionSet) {
+        let st = self
+            .state
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sessions = self
+            .sessions
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (
+            st.slots.into_iter().flatten().map(|s| s.shard).collect(),
+            sessions,
+        )
+    }
+}
+
+/// Marks the pool broken if the worker holding it unwinds, so that the reader and the other
+/// workers do not wait for it; the panic itself is raised again when the worker is joined.
+struct Unwinding<'a>(&'a Pool);
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().broken = true;
+            self.0.work.notify_all();
+            self.0.room.notify_all();
+        }
+    }
+}
+
+/// What a worker has to do with the shard it took.
+enum Task {
+    Batch(Batch),
+    /// The input is over: close the shard's connections.
+    Finish(Mark),
+}
+
+/// A worker: takes a free shard with work, does it, gives the shard back, until the input is
+/// over and every shard finished. What a shard ends goes to the session stage through
+/// `handed`; its emptied batches back to the reader through `spare`.
+fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Handed>) {
+    let _unwinding = Unwinding(pool);
+    let mut prefer = None;
+    let mut st = pool.lock();
+    loop {
+        if st.broken {
+            return;
+        }
+        let (s, task) = if let Some(s) = st.pick(prefer) {
+            let Some(batch) = st.queues[s].pop_front() else {
+                unreachable!("picked shard {s} has a batch")
+            };
+            st.queued -= 1;
+            if st.full {
+                pool.room.notify_one();
+            }
+            (s, Task::Batch(batch))
+        } else if let Some(last) = st.closed {
+            // Every queue of a free shard is empty, and none fills again.
+            let unfinished = (0..st.slots.len())
+                .find(|&s| st.slots[s].as_ref().is_some_and(|slot| !slot.finished));
+            match unfinished {
+                Some(s) => (s, Task::Finish(last)),
+                None => return,
+            }
+        } else {
+            st.idle += 1;
+            st = pool
+                .work
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.idle -= 1;
+            continue;
+        };
+        let Some(mut slot) = st.slots[s].take() else {
+            unreachable!("shard {s} is free")
+        };
+        drop(st);
+        match task {
+            Task::Batch(mut batch) => {
+                let shard = &mut slot.shard;
+                let mut msgs = batch.msgs.drain(..);
+                while let Some(msg) = msgs.next() {
+                    if let Some(ahead) = msgs.as_slice().get(PREFETCH_AHEAD - 1) {
+                        shard.prefetch(ahead);
+                    }
+                    shard.handle(msg, &batch.bytes);
+                }
+                drop(msgs);
+                let done = batch.done;
+                batch.msgs.clear();
+                batch.bytes.clear();
+                // The reader may be done already; then the batch is simply freed.
+                let _ = spare.send(batch);
+                if shard.events.len() >= HAND_OVER_EVENTS || done.is_multiple_of(HAND_OVER_FRAMES) {
+                    let next = slot.emptied.try_recv().unwrap_or_default();
+                    let events = std::mem::replace(&mut shard.events, next);
+                    let _ = handed.send((s, done, events));
+                }
+                pool.gather(shard, false);
+            }
+            Task::Finish(last) => {
+                let shard = &mut slot.shard;
+                shard.finish(last);
+                let events = std::mem::take(&mut shard.events);
+                let _ = handed.send((s, END_OF_INPUT, events));
+                pool.gather(shard, true);
+                slot.finished = true;
+            }
+        }
+        st = pool.lock();
+        st.slots[s] = Some(slot);
+        prefer = Some(s);
+    }
+}
+
+/// The reader's side of the worker threads: a batch in the making per shard.
+struct Threaded<'p> {
+    pool: &'p Pool,
     pending: Vec<Batch>,
     /// Batches the workers are done with, emptied, to be filled again: a fresh batch is large
     /// enough that the allocator maps and unmaps it each time, which costs more than the copy.
-    /// At most `BATCHES_QUEUED + 2` batches per worker ever exist.
     spare: mpsc::Receiver<Batch>,
     /// The last frame whose messages are all given.
     done: u64,
 }
 
-impl Threaded {
+impl Threaded<'_> {
     fn shard_of(&self, stream: u64) -> usize {
-        shard_of(stream, self.senders.len())
+        shard_of(stream, self.pending.len())
     }
 
     /// Queues a message without payload for `shard`.
@@ -1342,12 +1615,11 @@ impl Threaded {
         let fresh = self.spare.try_recv().unwrap_or_else(|_| Batch::new());
         let mut full = std::mem::replace(&mut self.pending[shard], fresh);
         full.done = self.done;
-        // A closed channel means the worker is gone; its results are lost either way.
-        let _ = self.senders[shard].send(full);
+        self.pool.push(shard, full);
     }
 }
 
-impl Dispatch for Threaded {
+impl Dispatch for Threaded<'_> {
     fn packet(&mut self, m: FlowPacket, payload: &[u8]) {
         let s = self.shard_of(m.stream);
         let b = &mut self.pending[s];
@@ -1366,7 +1638,7 @@ impl Dispatch for Threaded {
             ShardMsg::Packet(m, ..) => m.stream,
             ShardMsg::End(s, ..) | ShardMsg::Open(s, ..) => s,
             ShardMsg::Keys(_) => {
-                for s in 0..self.senders.len() {
+                for s in 0..self.pending.len() {
                     self.push(s, msg.clone());
                 }
                 return;
@@ -1378,7 +1650,7 @@ impl Dispatch for Threaded {
     fn frame_done(&mut self, frame: u64) {
         self.done = frame;
         if frame.is_multiple_of(HAND_OVER_FRAMES) {
-            for s in 0..self.senders.len() {
+            for s in 0..self.pending.len() {
                 self.flush(s);
             }
         }
@@ -1555,112 +1827,91 @@ fn analyze_capture<'a>(
     report: &mut InputReport,
     sink: &mut dyn FactSink,
 ) {
-    let (shards, stage) = if opts.threads <= 1 {
+    let (shards, sessions, stage) = if opts.threads <= 1 {
         let mut inline = Inline {
             shard: Shard::new(&opts.limits, opts.tls.0.clone(), opts.ignore.clone().into()),
             merger: Merger::new(1, sink),
         };
         let (last, table) = read_packets(members, opts, &mut inline, report);
         report.stats.connections_evicted = table.evicted;
-        let Inline { shard, mut merger } = inline;
-        let mut shard = shard.finish(last);
+        let Inline {
+            mut shard,
+            mut merger,
+        } = inline;
+        shard.finish(last);
         merger.take(0, END_OF_INPUT, &mut shard.events);
-        (vec![shard], merger.finish())
+        (vec![shard], SessionSet::default(), merger.finish())
     } else {
         // The reader and the session stage are threads of their own besides the workers: the
         // workers do about two thirds of the work, and the reader and the stage fill the
         // gaps the workers leave on the cores.
         let n = opts.threads;
-        std::thread::scope(|scope| {
-            let mut senders = Vec::with_capacity(n);
-            let mut handles = Vec::with_capacity(n);
+        let k = n * SHARDS_PER_WORKER;
+        let (emptied_tx, emptied): (Vec<Emptied>, Vec<_>) =
+            (0..k).map(|_| mpsc::channel::<Vec<Keyed>>()).unzip();
+        let ignore: Arc<[EndpointFilter]> = opts.ignore.clone().into();
+        let slots = emptied
+            .into_iter()
+            .map(|emptied| Slot {
+                shard: Shard::new(&opts.limits, opts.tls.0.clone(), ignore.clone()),
+                emptied,
+                finished: false,
+            })
+            .collect();
+        let pool = Pool::new(slots, BATCHES_QUEUED * n);
+        let stats = std::thread::scope(|scope| {
             let (spare_tx, spare) = mpsc::channel::<Batch>();
             // Bounded, so that a stage slower than the workers (a huge session's audits) holds
             // them back rather than its queue growing.
             let (handed_tx, handed) = mpsc::sync_channel::<Handed>(HANDED_QUEUED);
-            let (emptied_tx, emptied): (Vec<Emptied>, Vec<_>) =
-                (0..n).map(|_| mpsc::channel::<Vec<Keyed>>()).unzip();
             // Named threads, so that `top -H`, `perf` and a panic message say which is which.
             let stage = thread_named("sessions", scope, move || {
-                let mut merger = Merger::new(n, sink);
-                for (w, done, mut events) in handed {
-                    merger.take(w, done, &mut events);
+                let mut merger = Merger::new(k, sink);
+                for (s, done, mut events) in handed {
+                    merger.take(s, done, &mut events);
                     merger.release();
-                    if let Some(back) = emptied_tx.get(w) {
-                        // A worker that is gone no longer needs it; it is freed here then.
+                    if let Some(back) = emptied_tx.get(s) {
+                        // A shard that is finished no longer needs it; it is freed here then.
                         let _ = back.send(events);
                     }
                 }
                 merger.finish()
             });
-            for (w, emptied) in emptied.into_iter().enumerate() {
-                let (tx, rx) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
-                senders.push(tx);
-                let limits = opts.limits.clone();
-                let keys = opts.tls.0.clone();
-                let ignore: Arc<[EndpointFilter]> = opts.ignore.clone().into();
-                let spare_tx = spare_tx.clone();
-                let handed_tx = handed_tx.clone();
-                handles.push(thread_named(&format!("worker {w}"), scope, move || {
-                    let mut shard = Shard::new(&limits, keys, ignore);
-                    for mut batch in rx {
-                        let mut msgs = batch.msgs.drain(..);
-                        while let Some(msg) = msgs.next() {
-                            if let Some(ahead) = msgs.as_slice().get(PREFETCH_AHEAD - 1) {
-                                shard.prefetch(ahead);
-                            }
-                            shard.handle(msg, &batch.bytes);
-                        }
-                        drop(msgs);
-                        let done = batch.done;
-                        batch.msgs.clear();
-                        batch.bytes.clear();
-                        // The reader may be done already; then the batch is simply freed.
-                        let _ = spare_tx.send(batch);
-                        if shard.events.len() >= HAND_OVER_EVENTS
-                            || done.is_multiple_of(HAND_OVER_FRAMES)
-                        {
-                            let next = emptied.try_recv().unwrap_or_default();
-                            let events = std::mem::replace(&mut shard.events, next);
-                            let _ = handed_tx.send((w, done, events));
-                        }
-                    }
-                    shard
-                }));
-            }
-            drop(spare_tx);
+            let workers: Vec<_> = (0..n)
+                .map(|w| {
+                    let (pool, spare_tx, handed_tx) = (&pool, spare_tx.clone(), handed_tx.clone());
+                    thread_named(&format!("worker {w}"), scope, move || {
+                        work(pool, &spare_tx, &handed_tx)
+                    })
+                })
+                .collect();
+            drop((spare_tx, handed_tx));
             let mut threaded = Threaded {
-                pending: (0..n).map(|_| Batch::new()).collect(),
-                senders,
+                pool: &pool,
+                pending: (0..k).map(|_| Batch::new()).collect(),
                 spare,
                 done: 0,
             };
             let (last, table) = read_packets(members, opts, &mut threaded, report);
             report.stats.connections_evicted = table.evicted;
-            for s in 0..n {
+            for s in 0..k {
                 threaded.flush(s);
             }
             drop(threaded);
+            pool.close(last);
             // A worker or stage that panicked takes the run down with its message, as it
             // would with -j1: without its shard, the report would be silently incomplete.
-            let shards: Vec<Shard> = handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .enumerate()
-                .map(|(w, shard)| {
-                    let mut shard = shard.finish(last);
-                    let events = std::mem::take(&mut shard.events);
-                    let _ = handed_tx.send((w, END_OF_INPUT, events));
-                    shard
-                })
-                .collect();
-            drop(handed_tx);
-            let stats = stage
+            for w in workers {
+                w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            }
+            stage
                 .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (shards, stats)
-        })
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        });
+        let (shards, sessions) = pool.into_shards();
+        (shards, sessions, stats)
     };
+    report.sessions.extend(sessions.iter());
     for shard in shards {
         report.sessions.extend(shard.sessions.iter());
         report.stats.absorb(&shard.stats);
@@ -2130,6 +2381,100 @@ mod tests {
     fn a_connections_state_fits_its_size_class() {
         let size = std::mem::size_of::<Conn>();
         assert!(size <= 1024, "{size} bytes");
+    }
+
+    /// Records the order the session stage is given events in.
+    #[derive(Default)]
+    struct Order(Vec<(u64, u32, bool)>);
+
+    impl FactSink for Order {
+        fn opened(&mut self, _sid: &str, key: (u64, u32)) {
+            self.0.push((key.0, key.1, false));
+        }
+        fn unread(&mut self) {}
+        fn ended(
+            &mut self,
+            key: (u64, u32),
+            _x: Option<Box<ExchangeSummary>>,
+            _r: Option<Box<ResumeRecord>>,
+        ) {
+            self.0.push((key.0, key.1, true));
+        }
+        fn har(&mut self, _resumes: Vec<ResumeRecord>, _xs: Vec<ExchangeSummary>) {}
+        fn finish(&mut self) -> audit::StageStats {
+            audit::StageStats::default()
+        }
+    }
+
+    fn opened(frame: u64, stream: u64) -> Keyed {
+        Keyed {
+            frame,
+            stream,
+            exchange: 0,
+            event: StageEvent::Opened(String::new()),
+        }
+    }
+
+    fn ended(frame: u64, stream: u64) -> Keyed {
+        Keyed {
+            frame,
+            stream,
+            exchange: 0,
+            event: StageEvent::Ended(None, None),
+        }
+    }
+
+    /// The stage's order is the key order, whatever the shards and the order their
+    /// hand-overs arrive in; nothing is let through before every shard is past its frame.
+    #[test]
+    fn the_merger_lets_events_through_in_key_order_once_every_shard_is_past_them() {
+        let mut order = Order::default();
+        let mut m = Merger::new(3, &mut order);
+        // Shard 1 hands over an event of frame 7, which it is not past yet (the frame being
+        // read when its batch was sent), and one of frame 5.
+        m.take(1, 6, &mut vec![ended(5, 1), opened(7, 4)]);
+        m.release();
+        m.take(0, 9, &mut vec![opened(2, 0), ended(8, 3), opened(8, 3)]);
+        m.release();
+        // Shard 2 has said nothing: nothing may go.
+        assert_eq!(order_len(&m), 5);
+        m.take(2, 5, &mut vec![ended(3, 2)]);
+        m.release();
+        // Everything up to frame 5 goes; frame 7 and 8 wait for shards 1 and 2.
+        m.take(1, 12, &mut vec![ended(7, 4)]);
+        m.take(2, 20, &mut Vec::new());
+        m.release();
+        m.finish();
+        assert_eq!(
+            order.0,
+            [
+                (0, 0, false),
+                (2, 0, true),
+                (1, 0, true),
+                (4, 0, false),
+                (4, 0, true),
+                (3, 0, false),
+                (3, 0, true),
+            ]
+        );
+    }
+
+    fn order_len(m: &Merger<'_>) -> usize {
+        m.held.iter().map(|h| h.len()).sum()
+    }
+
+    /// A hand-over out of frame order is put in order before it is taken from.
+    #[test]
+    fn the_merger_orders_a_hand_over_that_comes_out_of_order() {
+        let mut order = Order::default();
+        let mut m = Merger::new(2, &mut order);
+        m.take(0, 10, &mut vec![ended(9, 0), opened(4, 2)]);
+        // Frame 4 must go before frame 6 of the other shard, though frame 9 may not go yet.
+        m.take(1, 8, &mut vec![ended(6, 1)]);
+        m.release();
+        assert_eq!(order_len(&m), 1);
+        m.finish();
+        assert_eq!(order.0, [(2, 0, false), (1, 0, true), (0, 0, true)]);
     }
 
     #[test]

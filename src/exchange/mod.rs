@@ -585,6 +585,18 @@ impl SessionSet {
     pub fn is_empty(&self) -> bool {
         self.sorted.is_empty() && self.recent.is_empty()
     }
+
+    /// Hashes held, a hash given twice counted twice until the set sorts it in.
+    pub fn held(&self) -> usize {
+        self.sorted.len() + self.recent.len()
+    }
+
+    /// Moves every hash into `to`, leaving this set empty (with its room).
+    pub fn move_into(&mut self, to: &mut SessionSet) {
+        to.extend(self.iter());
+        self.sorted.clear();
+        self.recent.clear();
+    }
 }
 
 impl Extend<u64> for SessionSet {
