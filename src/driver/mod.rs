@@ -1340,8 +1340,9 @@ type Emptied = mpsc::Sender<Vec<Keyed>>;
 /// shard per worker, a worker whose connections were busier for a while filled its queue, the
 /// reader waited on it, and the other worker ran dry (`perf sched` on the default mix with
 /// `-j2`: 15% of both cores idle). Alternated runs, 256 MiB, `-j2`: two shards a worker took
-/// 15% off the tiny mix's wall time against one; four did no better than two, and held more
-/// events waiting for the slowest shard (3 MiB more at the peak of 3,000 sessions).
+/// 15% and 27% off the default and tiny mixes' wall time against one; four did no better than
+/// two, and held more events waiting for the slowest shard (3 MiB more at the peak of 3,000
+/// sessions).
 const SHARDS_PER_WORKER: usize = 2;
 
 /// A shard, with the emptied event buffers the session stage gives back to it.
