@@ -1664,8 +1664,8 @@ impl Dispatch for Threaded<'_> {
 }
 
 /// The shard of connection `stream` among `shards` (at least one): its number modulo their
-/// count, by a mask when the count is a power of two (`-j2`, `-j4`), which spares the reader a
-/// division at every packet.
+/// count, by a mask when the count is a power of two (four shards with `-j2`, eight with
+/// `-j4`), which spares the reader a division at every packet.
 fn shard_of(stream: u64, shards: usize) -> usize {
     let n = shards as u64;
     if n.is_power_of_two() {
