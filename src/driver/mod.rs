@@ -1348,9 +1348,9 @@ const SHARDS_PER_WORKER: usize = 2;
 /// A shard, with the emptied event buffers the session stage gives back to it.
 struct Slot {
     shard: Shard,
-    emptied: mpsc::Receiver<Vec<Keyed>>,
-    /// [`Shard::finish`] has run: the input is over and its last events are handed over.
-    finished: bool,
+    /// `None` once [`Shard::finish`] has run and its last events are handed over: the stage
+    /// then frees those events' buffer rather than giving it back to a shard that is done.
+    emptied: Option<mpsc::Receiver<Vec<Keyed>>>,
 }
 
 /// The batches queued for each shard, and the shards no worker holds.
@@ -1531,8 +1531,11 @@ fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Hand
             (s, Task::Batch(batch))
         } else if let Some(last) = st.closed {
             // Every queue of a free shard is empty, and none fills again.
-            let unfinished = (0..st.slots.len())
-                .find(|&s| st.slots[s].as_ref().is_some_and(|slot| !slot.finished));
+            let unfinished = (0..st.slots.len()).find(|&s| {
+                st.slots[s]
+                    .as_ref()
+                    .is_some_and(|slot| slot.emptied.is_some())
+            });
             match unfinished {
                 Some(s) => (s, Task::Finish(last)),
                 None => return,
@@ -1571,7 +1574,9 @@ fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Hand
                 // The reader may be done already; then the batch is simply freed.
                 let _ = spare.send(batch);
                 if shard.events.len() >= HAND_OVER_EVENTS || done.is_multiple_of(HAND_OVER_FRAMES) {
-                    let next = slot.emptied.try_recv().unwrap_or_default();
+                    let next = (slot.emptied.as_ref())
+                        .and_then(|e| e.try_recv().ok())
+                        .unwrap_or_default();
                     let events = std::mem::replace(&mut shard.events, next);
                     let _ = handed.send((s, done, events));
                 }
@@ -1581,9 +1586,10 @@ fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Hand
                 let shard = &mut slot.shard;
                 shard.finish(last);
                 let events = std::mem::take(&mut shard.events);
+                // Let go first, so that the stage frees this last buffer.
+                slot.emptied = None;
                 let _ = handed.send((s, END_OF_INPUT, events));
                 pool.gather(shard, true);
-                slot.finished = true;
             }
         }
         st = pool.lock();
@@ -1860,8 +1866,7 @@ fn analyze_capture<'a>(
             .into_iter()
             .map(|emptied| Slot {
                 shard: Shard::new(&opts.limits, opts.tls.0.clone(), ignore.clone()),
-                emptied,
-                finished: false,
+                emptied: Some(emptied),
             })
             .collect();
         let pool = Pool::new(slots, BATCHES_QUEUED * n);
