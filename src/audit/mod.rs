@@ -825,23 +825,98 @@ struct Link<'a> {
 struct Delivery {
     session: Arc<str>,
     mark: Mark,
-    tcp_stream: Option<u64>,
-    har: bool,
+    /// The connection's number, meaningful when `flags` has [`Delivery::STREAM`].
+    stream: u64,
+    flags: u8,
+}
+
+impl Delivery {
+    const STREAM: u8 = 1;
+    const HAR: u8 = 2;
+
+    fn new(session: Arc<str>, mark: Mark, tcp_stream: Option<u64>, har: bool) -> Self {
+        let mut flags = 0;
+        if tcp_stream.is_some() {
+            flags |= Delivery::STREAM;
+        }
+        if har {
+            flags |= Delivery::HAR;
+        }
+        Delivery {
+            session,
+            mark,
+            stream: tcp_stream.unwrap_or(0),
+            flags,
+        }
+    }
+
+    fn tcp_stream(&self) -> Option<u64> {
+        (self.flags & Delivery::STREAM != 0).then_some(self.stream)
+    }
+
+    fn har(&self) -> bool {
+        self.flags & Delivery::HAR != 0
+    }
+}
+
+/// An id's hash and its first delivery.
+#[derive(Debug)]
+struct CrossEntry {
+    hash: u64,
+    delivery: Delivery,
 }
 
 /// First deliveries of distinctive ids over the whole input, bounded: when full, the oldest
-/// entry goes first, so a leak is seen while the leaked id is among the last
-/// [`MAX_CROSS_IDS`] distinctive ids delivered.
-#[derive(Debug, Default)]
+/// entry goes first, so a leak is seen while the leaked id is among the last `cap`
+/// ([`MAX_CROSS_IDS`]) distinctive ids delivered.
+///
+/// The entries sit in one list in the order their ids first came (a ring once full, the
+/// oldest replaced in place), and a table of positions finds them by hash: 56 bytes an entry
+/// and 5 a table slot, where a map holding the entries and a queue of their order took
+/// 65 a slot (with up to twice as many slots as entries) and 8 more an entry.
+#[derive(Debug)]
 struct CrossIndex {
-    first: FactMap<Delivery>,
-    order: VecDeque<u64>,
+    entries: Vec<CrossEntry>,
+    /// Once `entries` is full, the next one replaced.
+    oldest: usize,
+    at: hashbrown::HashTable<u32>,
+    cap: usize,
 }
 
-/// Distinctive ids remembered for the cross-session check (about 64 bytes each).
+impl Default for CrossIndex {
+    fn default() -> Self {
+        CrossIndex::with_cap(MAX_CROSS_IDS)
+    }
+}
+
+/// Distinctive ids remembered for the cross-session check (at most about 17 MB in all).
 pub const MAX_CROSS_IDS: usize = 1 << 18;
 
+/// The table's hash of an id's hash (spread as the maps of facts spread theirs).
+fn cross_slot_hash(hash: u64) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(hash)
+}
+
 impl CrossIndex {
+    fn with_cap(cap: usize) -> Self {
+        CrossIndex {
+            entries: Vec::new(),
+            oldest: 0,
+            at: hashbrown::HashTable::new(),
+            // Positions are u32.
+            cap: cap.clamp(1, u32::MAX as usize),
+        }
+    }
+
+    fn get(&self, hash: u64) -> Option<&Delivery> {
+        let entries = &self.entries;
+        let i = *self.at.find(cross_slot_hash(hash), |&i| {
+            entries.get(i as usize).is_some_and(|e| e.hash == hash)
+        })?;
+        entries.get(i as usize).map(|e| &e.delivery)
+    }
+
     fn add(&mut self, x: &ExchangeSummary, session: &Arc<str>) {
         let Some(s) = x.stream() else {
             return;
@@ -851,29 +926,57 @@ impl CrossIndex {
             if f.priming || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY {
                 continue;
             }
-            let d = Delivery {
-                session: session.clone(),
-                mark: f.mark,
-                tcp_stream: x.connection.tcp_stream,
-                har: x.connection.har_entry.is_some(),
-            };
-            match self.first.entry(f.hash) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    if f.mark.frame < e.get().mark.frame {
-                        e.insert(d);
-                    }
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(d);
-                    self.order.push_back(f.hash);
-                    if self.order.len() > MAX_CROSS_IDS
-                        && let Some(old) = self.order.pop_front()
-                    {
-                        self.first.remove(&old);
-                    }
-                }
-            }
+            let d = Delivery::new(
+                session.clone(),
+                f.mark,
+                x.connection.tcp_stream,
+                x.connection.har_entry.is_some(),
+            );
+            self.insert(f.hash, d);
         }
+    }
+
+    /// Keeps `d` as the first delivery of the id hashed `hash` unless one at an earlier
+    /// frame is kept already.
+    fn insert(&mut self, hash: u64, d: Delivery) {
+        let entries = &mut self.entries;
+        let slot_hash = cross_slot_hash(hash);
+        if let Some(&i) = self.at.find(slot_hash, |&i| {
+            entries.get(i as usize).is_some_and(|e| e.hash == hash)
+        }) {
+            // An earlier delivery replaces the one kept; the entry keeps its place.
+            if let Some(e) = entries.get_mut(i as usize)
+                && d.mark.frame < e.delivery.mark.frame
+            {
+                e.delivery = d;
+            }
+            return;
+        }
+        let entry = CrossEntry { hash, delivery: d };
+        let i = if entries.len() < self.cap {
+            entries.push(entry);
+            entries.len() - 1
+        } else {
+            let i = self.oldest;
+            self.oldest = (i + 1) % self.cap;
+            let Some(old) = entries.get_mut(i) else {
+                return;
+            };
+            if let Ok(e) = self
+                .at
+                .find_entry(cross_slot_hash(old.hash), |&j| j as usize == i)
+            {
+                e.remove();
+            }
+            *old = entry;
+            i
+        };
+        let entries = &self.entries;
+        self.at.insert_unique(slot_hash, i as u32, |&j| {
+            entries
+                .get(j as usize)
+                .map_or(0, |e| cross_slot_hash(e.hash))
+        });
     }
 }
 
@@ -2553,7 +2656,7 @@ fn cross_session<'a>(
     let mut first: Option<(&Delivery, &IdFact)> = None;
     let mut count = 0u64;
     for &f in resumed_ids {
-        let Some(d) = cross.first.get(&f.hash) else {
+        let Some(d) = cross.get(f.hash) else {
             continue;
         };
         let other: &str = &d.session;
@@ -2592,8 +2695,8 @@ fn cross_session<'a>(
             Cite {
                 role: "other_session_delivery",
                 mark: d.mark,
-                tcp_stream: d.tcp_stream,
-                har: d.har,
+                tcp_stream: d.tcp_stream(),
+                har: d.har(),
                 session_id: Some(other),
             },
             cite(x, "delivered_again", f.mark),
@@ -3029,6 +3132,92 @@ mod tests {
     use crate::exchange::{ConnectionRef, ExchangeTracker};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
     use crate::testing::xorshift;
+
+    /// The cross index as it was first written: a map of first deliveries and a queue of
+    /// their order, the oldest evicted past `cap`.
+    #[derive(Default)]
+    struct CrossModel {
+        first: HashMap<u64, (String, Mark, Option<u64>, bool)>,
+        order: VecDeque<u64>,
+    }
+
+    impl CrossModel {
+        fn insert(&mut self, cap: usize, hash: u64, d: (String, Mark, Option<u64>, bool)) {
+            match self.first.entry(hash) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if d.1.frame < e.get().1.frame {
+                        e.insert(d);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(d);
+                    self.order.push_back(hash);
+                    if self.order.len() > cap
+                        && let Some(old) = self.order.pop_front()
+                    {
+                        self.first.remove(&old);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_cross_index_keeps_what_a_map_and_an_order_queue_keep() {
+        // Few distinct hashes against a small bound: ids come back while kept, after their
+        // eviction, and with earlier frames than the delivery kept.
+        for seed in 1..=300u64 {
+            let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let cap = 1 + (xorshift(&mut rng) % 9) as usize;
+            let distinct = 1 + xorshift(&mut rng) % 24;
+            let mut index = CrossIndex::with_cap(cap);
+            let mut model = CrossModel::default();
+            for step in 0..400u64 {
+                let hash = xorshift(&mut rng) % distinct;
+                let frame = xorshift(&mut rng) % 1000;
+                let session = format!("s{}", xorshift(&mut rng) % 5);
+                let stream = match xorshift(&mut rng) % 3 {
+                    0 => None,
+                    1 => Some(u64::MAX),
+                    _ => Some(step),
+                };
+                let har = xorshift(&mut rng).is_multiple_of(2);
+                let mark = Mark::new(frame, step as i64);
+                index.insert(
+                    hash,
+                    Delivery::new(session.as_str().into(), mark, stream, har),
+                );
+                model.insert(cap, hash, (session, mark, stream, har));
+                assert!(index.entries.len() <= cap && index.at.len() == index.entries.len());
+                for h in 0..distinct {
+                    let got = index
+                        .get(h)
+                        .map(|d| (d.session.to_string(), d.mark, d.tcp_stream(), d.har()));
+                    assert_eq!(got.as_ref(), model.first.get(&h), "seed {seed} step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_cross_index_stays_within_its_memory() {
+        assert!(std::mem::size_of::<CrossEntry>() <= 56);
+        let mut index = CrossIndex::default();
+        let session: Arc<str> = "s".into();
+        // Past the bound, so that the table has had removals as well as insertions.
+        for n in 0..(MAX_CROSS_IDS + MAX_CROSS_IDS / 2) as u64 {
+            let mark = Mark::new(n + 1, 0);
+            index.insert(
+                n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                Delivery::new(session.clone(), mark, Some(n), false),
+            );
+        }
+        assert_eq!(index.entries.len(), MAX_CROSS_IDS);
+        let bytes = index.entries.capacity() * std::mem::size_of::<CrossEntry>()
+            + index.at.allocation_size();
+        // The figure the module's documentation gives.
+        assert!(bytes <= 17_500_000, "{bytes} bytes");
+    }
 
     #[test]
     fn cursor_statuses_are_named_as_they_serialize() {
