@@ -336,6 +336,7 @@ fn real_main() -> anyhow::Result<i32> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    crate::allocator_for_threads(threads);
     let id_pattern = cli.id_pattern.as_deref().map(IdPattern::new).transpose()?;
     let human = match cli.format {
         Format::Text => HumanReport::Instead,
