@@ -12,9 +12,9 @@ fn main() -> std::process::ExitCode {
 
 /// Allocator settings for a run on `threads` threads. With more than one, a thread that frees
 /// a block of a page its owner gave up does not take the page over (the session stage frees
-/// what the workers allocate): peak RSS 2.5–4 MiB lower on the sessions mix with `-j2` (1 and
-/// 2 GiB), 1–2 MiB on the default mix, at the same speed and instructions. With one thread it
-/// was 2 MiB higher, so it is left as it is.
+/// what the workers allocate): peak RSS 2–3 MiB lower on 1 and 2 GiB of the sessions mix with
+/// `-j2`, 1 MiB on the default mix, at the same speed and instructions. With one thread it was
+/// 2 MiB higher, so it is left as it is.
 fn allocator_for_threads(threads: usize) {
     if threads > 1 {
         // SAFETY: mi_option_set stores an option value and takes no pointers (as above).
