@@ -40,8 +40,11 @@
 //! `gap(dir, n)` in place of the lost records, `n` being their plaintext length when it
 //! follows from the byte count (no TLS 1.3 padding assumed), else 0, then the plaintext.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem;
+use std::ops::{Deref, DerefMut};
+use std::thread::LocalKey;
 
 use crate::app::tls::crypto::{
     Protocol, RecordKey, Secret, SuiteSpec, cipher_suite_name, next_traffic_secret, supported_suite,
@@ -73,6 +76,55 @@ pub(crate) const MAX_RESYNC_SCAN_BYTES: u64 = 256 * 1024;
 
 /// TLS versions as on the wire.
 const TLS12: u16 = 0x0303;
+
+thread_local! {
+    /// A whole record copied out of the bytes that carried it, to be decrypted in place.
+    /// Buffers are lent by the thread for the length of one record rather than kept per
+    /// connection: thousands of connections are open at once in a busy capture, most of them
+    /// between records, and a buffer per direction kept the size of its largest record.
+    static RECORD: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    /// The copies trial decryptions work on (the TLS 1.3 handshake epoch, loss recovery).
+    static TRIAL: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A buffer lent by the thread ([`RECORD`], [`TRIAL`]); it goes back when dropped, unless
+/// it was taken out to be kept.
+struct Lent {
+    slot: &'static LocalKey<Cell<Vec<u8>>>,
+    buf: Vec<u8>,
+}
+
+impl Lent {
+    fn new(slot: &'static LocalKey<Cell<Vec<u8>>>) -> Lent {
+        Lent {
+            slot,
+            buf: slot.take(),
+        }
+    }
+}
+
+impl Deref for Lent {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.buf
+    }
+}
+
+impl DerefMut for Lent {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let mut buf = mem::take(&mut self.buf);
+        if buf.capacity() > 0 {
+            buf.clear();
+            self.slot.set(buf);
+        }
+    }
+}
 const TLS13: u16 = 0x0304;
 
 /// Where a connection's decryption stands. Terminal states other than `Decrypting` are
@@ -214,11 +266,13 @@ struct Half {
     ccs_seen: bool,
     epoch: Epoch,
     seq: u64,
-    handshake_key: Option<RecordKey>,
-    app_key: Option<RecordKey>,
+    /// Keys are boxed (over 500 bytes each, and most connections use one per direction once
+    /// the handshake is over); the handshake's and the early data's are dropped then.
+    handshake_key: Option<Box<RecordKey>>,
+    app_key: Option<Box<RecordKey>>,
     /// The current application traffic secret (TLS 1.3), for KeyUpdate.
     app_secret: Option<Secret>,
-    early_key: Option<RecordKey>,
+    early_key: Option<Box<RecordKey>>,
     early_seq: u64,
     /// A record of this direction authenticated.
     decrypted_any: bool,
@@ -269,8 +323,8 @@ impl Half {
 
     fn current_key(&self) -> Option<&RecordKey> {
         match self.epoch {
-            Epoch::Handshake => self.handshake_key.as_ref(),
-            Epoch::Application => self.app_key.as_ref(),
+            Epoch::Handshake => self.handshake_key.as_deref(),
+            Epoch::Application => self.app_key.as_deref(),
         }
     }
 }
@@ -360,8 +414,6 @@ pub(crate) struct TlsConnection {
     draining: bool,
     /// Trial decryptions spent on losses so far.
     trials: u64,
-    /// Reused buffer for trial decryptions.
-    scratch: Vec<u8>,
 }
 
 impl TlsConnection {
@@ -381,7 +433,6 @@ impl TlsConnection {
             trials: 0,
             unblocked: false,
             draining: false,
-            scratch: Vec::new(),
         }
     }
 
@@ -488,30 +539,46 @@ impl TlsConnection {
             if input.is_empty() {
                 return;
             }
-            match self.halves[d].framing.feed(&mut input) {
-                Framed::NeedMore => {}
-                Framed::Invalid(_) => self.framing_lost(dir),
-                Framed::Record => {
-                    self.seen_record = true;
-                    let mut record = mem::take(self.halves[d].framing.record_buf());
-                    match self.record(keys, dir, &mut record, mark, child) {
-                        Step::Done => {
-                            self.halves[d].framing.give_back(record);
-                            if self.unblocked {
-                                self.drain(keys, child);
-                            }
-                        }
-                        Step::Hold => {
-                            // The record and everything after it wait, in order, at the front.
-                            let arrival = arrival.unwrap_or_else(|| self.next_arrival());
-                            if !input.is_empty() {
-                                let rest = Held::Bytes(input.to_vec());
-                                self.hold(dir, Some(arrival), rest, mark, child);
-                            }
-                            self.hold(dir, Some(arrival), Held::Record(record), mark, child);
-                            return;
-                        }
+            // A record wholly within the input is copied to the thread's buffer; one cut
+            // across inputs is rebuilt in the direction's own, which is then let go.
+            let (mut lent, mut rebuilt);
+            let record: &mut Vec<u8> = if let Some(len) = self.halves[d].framing.whole_record(input)
+            {
+                let (bytes, rest) = input.split_at(len);
+                input = rest;
+                lent = Lent::new(&RECORD);
+                lent.extend_from_slice(bytes);
+                &mut lent
+            } else {
+                match self.halves[d].framing.feed(&mut input) {
+                    Framed::NeedMore => continue,
+                    Framed::Invalid(_) => {
+                        self.framing_lost(dir);
+                        continue;
                     }
+                    Framed::Record => {
+                        rebuilt = self.halves[d].framing.take_record();
+                        &mut rebuilt
+                    }
+                }
+            };
+            self.seen_record = true;
+            match self.record(keys, dir, record, mark, child) {
+                Step::Done => {
+                    if self.unblocked {
+                        self.drain(keys, child);
+                    }
+                }
+                Step::Hold => {
+                    // The record and everything after it wait, in order, at the front.
+                    let arrival = arrival.unwrap_or_else(|| self.next_arrival());
+                    if !input.is_empty() {
+                        let rest = Held::Bytes(input.to_vec());
+                        self.hold(dir, Some(arrival), rest, mark, child);
+                    }
+                    let record = Held::Record(mem::take(record));
+                    self.hold(dir, Some(arrival), record, mark, child);
+                    return;
                 }
             }
         }
@@ -746,22 +813,29 @@ impl TlsConnection {
                     && let Some((ck, sk)) =
                         RecordKey::tls12_pair(&suite, &master, &client_random, &server_random)
                 {
-                    self.halves[c].app_key = Some(ck);
-                    self.halves[s].app_key = Some(sk);
+                    self.halves[c].app_key = Some(Box::new(ck));
+                    self.halves[s].app_key = Some(Box::new(sk));
                     self.halves[c].epoch = Epoch::Application;
                     self.halves[s].epoch = Epoch::Application;
                 }
             }
             Protocol::Tls13 => {
                 // Fill only what is missing: a key in use (after KeyUpdate) is never replaced.
-                let fill = |slot: &mut Option<RecordKey>, secret: Option<Secret>| {
+                let fill = |slot: &mut Option<Box<RecordKey>>, secret: Option<Secret>| {
                     if slot.is_none() {
-                        *slot = secret.and_then(|s| RecordKey::tls13(&suite, &s));
+                        *slot = secret.and_then(|s| RecordKey::tls13(&suite, &s).map(Box::new));
                     }
                 };
-                fill(&mut self.halves[c].handshake_key, secrets.client_handshake);
-                fill(&mut self.halves[s].handshake_key, secrets.server_handshake);
-                fill(&mut self.halves[c].early_key, secrets.client_early);
+                // The handshake's keys serve until the application epoch, and are dropped
+                // once its key opens a record.
+                for (i, secret) in [(c, secrets.client_handshake), (s, secrets.server_handshake)] {
+                    if self.halves[i].epoch == Epoch::Handshake {
+                        fill(&mut self.halves[i].handshake_key, secret);
+                    }
+                }
+                if self.halves[c].epoch == Epoch::Handshake {
+                    fill(&mut self.halves[c].early_key, secrets.client_early);
+                }
                 for (i, secret) in [(c, secrets.client_traffic_0), (s, secrets.server_traffic_0)] {
                     if self.halves[i].app_key.is_none() && secret.is_some() {
                         self.halves[i].app_secret = secret;
@@ -771,7 +845,7 @@ impl TlsConnection {
             }
         }
         if self.facts.key_source.is_none() && (ready(&self.halves[c]) || ready(&self.halves[s])) {
-            self.facts.key_source = secrets.source.clone();
+            self.facts.key_source = Some(secrets.source);
         }
         ready(&self.halves[d])
     }
@@ -792,17 +866,24 @@ impl TlsConnection {
         let payload = &mut record[HEADER_LEN..];
         let half = &mut self.halves[d];
         let seq = half.seq;
+        let mut scratch = Lent::new(&TRIAL);
         let result = if half.epoch == Epoch::Application {
             // One key can open it: decrypt in place, no copy.
-            half.app_key
+            let opened = half
+                .app_key
                 .as_ref()
-                .and_then(|k| k.open(seq, &header, payload))
-                .map(|o| (Opener::Current, o))
+                .and_then(|k| k.open(seq, &header, payload));
+            if opened.is_some() && (half.handshake_key.is_some() || half.early_key.is_some()) {
+                // Never used again: the epoch does not go back.
+                half.handshake_key = None;
+                half.early_key = None;
+            }
+            opened.map(|o| (Opener::Current, o))
         } else {
             // In the TLS 1.3 handshake epoch the record may also be the first one under the
             // application key (handshake secrets not logged), or 0-RTT data: each trial
             // needs the original bytes, so trials decrypt a copy.
-            let scratch = &mut self.scratch;
+            let scratch = &mut *scratch;
             let original: &[u8] = payload;
             let mut trial = |key: Option<&RecordKey>, seq: u64| {
                 let key = key?;
@@ -810,11 +891,11 @@ impl TlsConnection {
                 scratch.extend_from_slice(original);
                 key.open(seq, &header, scratch)
             };
-            trial(half.handshake_key.as_ref(), seq)
+            trial(half.handshake_key.as_deref(), seq)
                 .map(|o| (Opener::Current, o))
-                .or_else(|| trial(half.app_key.as_ref(), 0).map(|o| (Opener::App, o)))
+                .or_else(|| trial(half.app_key.as_deref(), 0).map(|o| (Opener::App, o)))
                 .or_else(|| {
-                    trial(half.early_key.as_ref(), half.early_seq).map(|o| (Opener::Early, o))
+                    trial(half.early_key.as_deref(), half.early_seq).map(|o| (Opener::Early, o))
                 })
         };
         let Some((opener, opened)) = result else {
@@ -842,12 +923,8 @@ impl TlsConnection {
                 mark,
                 child,
             );
-        } else {
-            let plaintext = mem::take(&mut self.scratch);
-            if let Some(p) = plaintext.get(opened.plaintext) {
-                self.deliver(dir, opened.content_type, p, mark, child);
-            }
-            self.scratch = plaintext;
+        } else if let Some(p) = scratch.get(opened.plaintext) {
+            self.deliver(dir, opened.content_type, p, mark, child);
         }
     }
 
@@ -1008,7 +1085,7 @@ impl TlsConnection {
                 {
                     let next = next_traffic_secret(suite.hash, &secret);
                     half.app_secret = Some(next);
-                    half.app_key = RecordKey::tls13(&suite, &next);
+                    half.app_key = RecordKey::tls13(&suite, &next).map(Box::new);
                     half.seq = 0;
                     self.facts.key_updates += 1;
                 }
@@ -1176,15 +1253,16 @@ impl TlsConnection {
             .get(at + HEADER_LEN..at + HEADER_LEN + header.len)?;
         let trials = &mut rs.trials;
         let connection_trials = &mut self.trials;
-        let scratch = &mut self.scratch;
+        let mut lent = Lent::new(&TRIAL);
+        let scratch = &mut *lent;
         let half = &self.halves[dir.index()];
         let in_handshake = half.epoch == Epoch::Handshake && half.handshake_key.is_some();
         let current = if in_handshake {
-            half.handshake_key.as_ref()
+            half.handshake_key.as_deref()
         } else {
-            half.app_key.as_ref()
+            half.app_key.as_deref()
         };
-        let min_record_len = current.or(half.app_key.as_ref())?.min_record_len() as u64;
+        let min_record_len = current.or(half.app_key.as_deref())?.min_record_len() as u64;
         // Records the loss can have held: each costs at least the smallest record.
         let budget = u64::from(MAX_TRIALS_PER_GAP.saturating_sub(*trials));
         let span = if rs.lost_known {
@@ -1288,7 +1366,7 @@ impl TlsConnection {
         let lost_bytes = rs.lost + at as u64;
         let overhead = half
             .current_key()
-            .or(half.app_key.as_ref())
+            .or(half.app_key.as_deref())
             .map_or(0, |k| k.overhead()) as u64;
         let lost_records = match found.via {
             Via::Current => Some(found.seq.saturating_sub(half.seq)),
@@ -1300,7 +1378,7 @@ impl TlsConnection {
             Via::NextGeneration(next) => {
                 let (secret, key) = *next;
                 half.app_secret = Some(secret);
-                half.app_key = Some(key);
+                half.app_key = Some(Box::new(key));
                 self.facts.key_updates += 1;
                 None
             }
@@ -1445,6 +1523,12 @@ mod tests {
 
     /// Runs the steps through one connection; frame numbers are step indexes + 1.
     fn run(steps: &[Step], keylog: &str, split: Split) -> (Vec<Ev>, TlsFacts) {
+        let (tls, events) = run_connection(steps, keylog, split);
+        (events, tls.facts().clone())
+    }
+
+    /// [`run`], giving the connection itself.
+    fn run_connection(steps: &[Step], keylog: &str, split: Split) -> (TlsConnection, Vec<Ev>) {
         let mut keys = KeyLog::new();
         keys.add_nss(keylog.as_bytes(), KeySource::File("test.keys".into()));
         let mut tls = TlsConnection::new(&Limits::default());
@@ -1478,7 +1562,7 @@ mod tests {
                 }
             }
         }
-        (child.0, tls.facts().clone())
+        (tls, child.0)
     }
 
     /// Runs whole, byte by byte and at random splits, and requires one answer.
@@ -1758,6 +1842,32 @@ mod tests {
                     TLS12
                 };
                 assert_eq!(facts.version, Some(version));
+            }
+        }
+    }
+
+    /// Thousands of connections are open at once in a busy capture, most between records:
+    /// what each keeps is its state, one key per direction once the handshake is over, and
+    /// no record buffer.
+    #[test]
+    fn a_connection_between_records_keeps_its_keys_and_no_buffers() {
+        assert!(
+            size_of::<TlsConnection>() <= 1024,
+            "{}",
+            size_of::<TlsConnection>()
+        );
+        for (i, id) in ALL_SUITES.into_iter().enumerate() {
+            let mut c = conn(id, i as u8 + 101);
+            let (steps, expected) = full_flow(&mut c, Forward, false, 2);
+            for split in [Split::Whole, Split::ByteByByte, Split::Random(3)] {
+                let (tls, events) = run_connection(&steps, &c.keylog, split);
+                assert_eq!(events, expected, "{}", cipher_suite_name(id));
+                for half in &tls.halves {
+                    assert_eq!(half.epoch, Epoch::Application);
+                    assert!(half.app_key.is_some());
+                    assert!(half.handshake_key.is_none() && half.early_key.is_none());
+                    assert_eq!(half.framing.buffered(), 0);
+                }
             }
         }
     }

@@ -97,6 +97,8 @@ impl RecordAssembler {
             return Framed::Invalid(header);
         }
         let want = HEADER_LEN + header.len;
+        // Bounded by the valid length: the record's room at once, not by doubling.
+        self.buf.reserve_exact(want - self.buf.len());
         let take = (want - self.buf.len()).min(input.len());
         self.buf.extend_from_slice(&input[..take]);
         *input = &input[take..];
@@ -107,25 +109,27 @@ impl RecordAssembler {
         }
     }
 
-    /// The whole record after [`Framed::Record`]: header and body.
-    #[cfg_attr(not(test), allow(dead_code))] // read by the unit tests
-    pub(crate) fn record(&mut self) -> &mut [u8] {
-        &mut self.buf
-    }
-
+    /// Drops the record being rebuilt, and its memory.
     pub(crate) fn clear(&mut self) {
-        self.buf.clear();
+        self.buf = Vec::new();
     }
 
-    /// The record buffer itself, to be taken (`mem::take`) while the record is handled.
-    pub(crate) fn record_buf(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
+    /// Takes the whole record after [`Framed::Record`], leaving the assembler empty and
+    /// holding no memory.
+    pub(crate) fn take_record(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
     }
 
-    /// Returns a taken record buffer, so its capacity serves the next record.
-    pub(crate) fn give_back(&mut self, mut buf: Vec<u8>) {
-        buf.clear();
-        self.buf = buf;
+    /// The length of the record `input` starts with, when nothing is being rebuilt and the
+    /// whole record (with a header [`Self::feed`] accepts) is in `input`: it can be read from
+    /// there without being rebuilt.
+    pub(crate) fn whole_record(&self, input: &[u8]) -> Option<usize> {
+        if !self.buf.is_empty() {
+            return None;
+        }
+        let header = RecordHeader::parse(input)?;
+        let len = HEADER_LEN + header.len;
+        (header.is_valid() && input.len() >= len).then_some(len)
     }
 
     /// Bytes of the record being rebuilt.
@@ -191,7 +195,14 @@ mod tests {
         r
     }
 
-    fn collect(stream: &[u8], cuts: &[usize]) -> Result<Vec<Vec<u8>>, RecordHeader> {
+    /// The records of `stream` cut at `cuts`, read as the TLS layer reads them: a record
+    /// wholly within an input taken from it ([`RecordAssembler::whole_record`]), the others
+    /// rebuilt; with `rebuild_all`, every record rebuilt.
+    fn collect_with(
+        stream: &[u8],
+        cuts: &[usize],
+        rebuild_all: bool,
+    ) -> Result<Vec<Vec<u8>>, RecordHeader> {
         let mut a = RecordAssembler::default();
         let mut out = Vec::new();
         let mut last = 0;
@@ -199,10 +210,17 @@ mod tests {
             let mut input = &stream[last..cut];
             last = cut;
             loop {
+                if let Some(len) = a.whole_record(input).filter(|_| !rebuild_all) {
+                    assert_eq!(a.buffered(), 0);
+                    out.push(input[..len].to_vec());
+                    input = &input[len..];
+                    continue;
+                }
                 match a.feed(&mut input) {
                     Framed::Record => {
-                        out.push(a.record().to_vec());
-                        a.clear();
+                        out.push(a.take_record());
+                        // Between records the assembler holds no memory.
+                        assert_eq!((a.buffered(), a.buf.capacity()), (0, 0));
                     }
                     Framed::NeedMore => break,
                     Framed::Invalid(h) => return Err(h),
@@ -210,6 +228,13 @@ mod tests {
             }
         }
         Ok(out)
+    }
+
+    fn collect(stream: &[u8], cuts: &[usize]) -> Result<Vec<Vec<u8>>, RecordHeader> {
+        let rebuilt = collect_with(stream, cuts, true);
+        let taken = collect_with(stream, cuts, false);
+        assert_eq!(rebuilt, taken, "cuts {cuts:?}");
+        taken
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! Output: a [`KeyLog`] that answers "which secrets belong to this client random", and per
 //! call a [`KeyLogStats`] saying what was read and which lines were not.
 //! Invariants: no line is fatal: a malformed line is counted and named by its 1-based number
-//! and the rest is still read; unknown labels are counted, not errors; memory is one fixed-size
-//! entry per client random plus at most [`MAX_NAMED_ERRORS`] error texts per call. A label seen
+//! and the rest is still read; unknown labels are counted, not errors; memory is one entry per
+//! client random, as long as the secrets logged for it, plus at most [`MAX_NAMED_ERRORS`] error
+//! texts per call. A label seen
 //! again for the same client random keeps the first secret (a key log is appended to, and
 //! the first line is the one the stack wrote when the connection was made); a differing later
 //! value is counted as a conflict.
@@ -31,8 +32,9 @@ pub(crate) enum KeySource {
     Embedded,
 }
 
-/// The secrets logged for one client random. Each is absent until a line gives it.
-#[derive(Clone, Debug, Default)]
+/// The secrets logged for one client random, as [`KeyLog::get`] gives them. Each is absent
+/// until a line gives it.
+#[derive(Clone, Debug)]
 pub(crate) struct SessionSecrets {
     /// TLS 1.2 (and earlier) master secret, always 48 bytes.
     pub master: Option<[u8; 48]>,
@@ -44,7 +46,7 @@ pub(crate) struct SessionSecrets {
     /// Accepted and kept only so duplicates are recognised; no decryption uses it.
     pub exporter: Option<Secret>,
     /// Source of the first line for this client random.
-    pub source: Option<KeySource>,
+    pub source: KeySource,
 }
 
 /// One malformed line, by 1-based line number.
@@ -77,24 +79,93 @@ pub(crate) struct KeyLogStats {
 /// Blocks are read; never shrinks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyLog {
-    /// Boxed: a table of the secrets themselves (some 400 bytes each) is copied whole at
-    /// every growth and touches twice its size in fresh pages; a table of pointers moves 40
-    /// bytes per client random. Loading a 3 MiB key log took 2,300 page faults, now about
-    /// 1,300.
-    sessions: HashMap<[u8; 32], Box<SessionSecrets>, FoldHashKey>,
+    /// The key log of a busy capture names hundreds of thousands of client randoms and is
+    /// held for the whole run: each one's secrets are packed ([`Packed`]), about 270 bytes
+    /// for a TLS 1.3 connection where a record of every possible secret took about 575.
+    sessions: HashMap<[u8; 32], Packed, FoldHashKey>,
     /// Secrets stored so far: a connection waiting for keys looks again only when it moved.
     generation: u64,
 }
 
+/// A line's label; its number is how [`Packed`] tags the secret.
 #[derive(Clone, Copy)]
 enum Label {
-    ClientRandom,
-    ClientHandshake,
-    ServerHandshake,
-    ClientTraffic0,
-    ServerTraffic0,
-    ClientEarly,
-    Exporter,
+    ClientRandom = 0,
+    ClientHandshake = 1,
+    ServerHandshake = 2,
+    ClientTraffic0 = 3,
+    ServerTraffic0 = 4,
+    ClientEarly = 5,
+    Exporter = 6,
+}
+
+/// The secrets of one client random, in the order their lines came: each as its label's
+/// number, its length (32 or 48), and its bytes; with the source of the first line.
+#[derive(Clone, Debug)]
+struct Packed {
+    items: Box<[u8]>,
+    source: KeySource,
+}
+
+impl Packed {
+    /// Each stored secret with its label's number.
+    fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> {
+        let mut rest: &[u8] = &self.items;
+        std::iter::from_fn(move || {
+            let (&[tag, len], tail) = rest.split_first_chunk::<2>()?;
+            let (bytes, next) = tail.split_at_checked(usize::from(len))?;
+            rest = next;
+            Some((tag, bytes))
+        })
+    }
+
+    fn find(&self, label: Label) -> Option<&[u8]> {
+        self.iter()
+            .find(|&(tag, _)| tag == label as u8)
+            .map(|(_, bytes)| bytes)
+    }
+
+    /// Stores `secret` (at most 48 bytes) under `label` unless the label is there already.
+    fn store(&mut self, label: Label, secret: &[u8]) -> Stored {
+        match self.find(label) {
+            Some(old) if old == secret => Stored::Same,
+            Some(_) => Stored::Conflict,
+            None => {
+                let mut items = Vec::with_capacity(self.items.len() + 2 + secret.len());
+                items.extend_from_slice(&self.items);
+                items.extend_from_slice(&[label as u8, secret.len() as u8]);
+                items.extend_from_slice(secret);
+                self.items = items.into_boxed_slice();
+                Stored::New
+            }
+        }
+    }
+
+    fn unpack(&self) -> SessionSecrets {
+        let mut s = SessionSecrets {
+            master: None,
+            client_handshake: None,
+            server_handshake: None,
+            client_traffic_0: None,
+            server_traffic_0: None,
+            client_early: None,
+            exporter: None,
+            source: self.source.clone(),
+        };
+        for (tag, bytes) in self.iter() {
+            let secret = Secret::new(bytes);
+            match tag {
+                0 => s.master = bytes.try_into().ok(),
+                1 => s.client_handshake = secret,
+                2 => s.server_handshake = secret,
+                3 => s.client_traffic_0 = secret,
+                4 => s.server_traffic_0 = secret,
+                5 => s.client_early = secret,
+                _ => s.exporter = secret,
+            }
+        }
+        s
+    }
 }
 
 fn label(name: &[u8]) -> Option<Label> {
@@ -192,17 +263,6 @@ enum Stored {
     Conflict,
 }
 
-fn store<T: PartialEq>(slot: &mut Option<T>, value: T) -> Stored {
-    match slot {
-        None => {
-            *slot = Some(value);
-            Stored::New
-        }
-        Some(old) if *old == value => Stored::Same,
-        Some(_) => Stored::Conflict,
-    }
-}
-
 impl KeyLog {
     pub(crate) fn new() -> Self {
         KeyLog::default()
@@ -222,8 +282,8 @@ impl KeyLog {
     }
 
     /// The secrets logged for a client random, if any line named it.
-    pub(crate) fn get(&self, client_random: &[u8; 32]) -> Option<&SessionSecrets> {
-        self.sessions.get(client_random).map(|s| &**s)
+    pub(crate) fn get(&self, client_random: &[u8; 32]) -> Option<SessionSecrets> {
+        self.sessions.get(client_random).map(Packed::unpack)
     }
 
     /// Adds an NSS key log's lines; returns what was read; bad lines are counted and named,
@@ -287,25 +347,14 @@ impl KeyLog {
             }
         };
         let secret = &secret[..secret_len];
-        let stored = if let Label::ClientRandom = label {
-            let master: [u8; 48] = secret
-                .try_into()
-                .map_err(|_| "master secret is not 48 bytes")?;
-            let entry = self.entry(random, source);
-            store(&mut entry.master, master)
-        } else {
-            let secret = Secret::new(secret).ok_or("traffic secret is not 32 or 48 bytes")?;
-            let entry = self.entry(random, source);
-            let slot = match label {
-                Label::ClientHandshake => &mut entry.client_handshake,
-                Label::ServerHandshake => &mut entry.server_handshake,
-                Label::ClientTraffic0 => &mut entry.client_traffic_0,
-                Label::ServerTraffic0 => &mut entry.server_traffic_0,
-                Label::ClientEarly => &mut entry.client_early,
-                Label::Exporter | Label::ClientRandom => &mut entry.exporter,
-            };
-            store(slot, secret)
-        };
+        if let Label::ClientRandom = label {
+            if secret.len() != 48 {
+                return Err("master secret is not 48 bytes");
+            }
+        } else if Secret::new(secret).is_none() {
+            return Err("traffic secret is not 32 or 48 bytes");
+        }
+        let stored = self.entry(random, source).store(label, secret);
         match stored {
             Stored::New => {
                 stats.secrets += 1;
@@ -317,12 +366,11 @@ impl KeyLog {
         Ok(())
     }
 
-    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> &mut SessionSecrets {
-        let entry = self.sessions.entry(random).or_default();
-        if entry.source.is_none() {
-            entry.source = Some(source.clone());
-        }
-        entry
+    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> &mut Packed {
+        self.sessions.entry(random).or_insert_with(|| Packed {
+            items: Box::default(),
+            source: source.clone(),
+        })
     }
 }
 
@@ -388,12 +436,15 @@ mod tests {
                 let read = |line: &str| {
                     let mut log = KeyLog::new();
                     let stats = log.add_nss(line.as_bytes(), KeySource::Embedded);
-                    let s = log.get(&random(R1)).cloned().unwrap_or_default();
+                    let s = log.get(&random(R1));
+                    let s = s.as_ref();
                     let secrets = [
-                        s.master.map(|m| m.to_vec()),
-                        s.client_handshake.map(|x| x.as_bytes().to_vec()),
-                        s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
-                        s.exporter.map(|x| x.as_bytes().to_vec()),
+                        s.and_then(|s| s.master).map(|m| m.to_vec()),
+                        s.and_then(|s| s.client_handshake)
+                            .map(|x| x.as_bytes().to_vec()),
+                        s.and_then(|s| s.server_traffic_0)
+                            .map(|x| x.as_bytes().to_vec()),
+                        s.and_then(|s| s.exporter).map(|x| x.as_bytes().to_vec()),
                     ];
                     (stats, secrets)
                 };
@@ -431,7 +482,7 @@ mod tests {
         assert!(s.master.is_some() && s.client_early.is_some() && s.exporter.is_some());
         assert_eq!(s.server_handshake.unwrap().as_bytes().len(), 48);
         assert_eq!(s.client_traffic_0.unwrap().as_bytes().len(), 32);
-        assert_eq!(s.source, Some(KeySource::File("k.log".into())));
+        assert_eq!(s.source, KeySource::File("k.log".into()));
         assert_eq!((log.len(), log.is_empty()), (1, false));
     }
 
@@ -464,10 +515,80 @@ mod tests {
             KeySource::File("b".into()),
         );
         assert_eq!((again.duplicates, again.lines), (1, 1));
-        assert_eq!(
-            log.get(&random(R1)).unwrap().source,
-            Some(KeySource::Embedded)
-        );
+        assert_eq!(log.get(&random(R1)).unwrap().source, KeySource::Embedded);
+    }
+
+    /// Lines of many client randoms, interleaved, repeated and contradicted, against a map of
+    /// (client random, label) to the first secret given; and the packed size.
+    #[test]
+    fn interleaved_lines_keep_the_first_secret_of_each_label() {
+        let labels = [
+            "CLIENT_RANDOM",
+            "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+            "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+            "CLIENT_TRAFFIC_SECRET_0",
+            "SERVER_TRAFFIC_SECRET_0",
+            "CLIENT_EARLY_TRAFFIC_SECRET",
+            "EXPORTER_SECRET",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut text = String::new();
+        let mut model: HashMap<([u8; 32], usize), Vec<u8>> = HashMap::new();
+        for _ in 0..2000 {
+            let mut r = [0u8; 32];
+            r[0] = next(40) as u8;
+            let label = next(labels.len() as u64) as usize;
+            let len = if label == 0 || next(2) == 0 { 48 } else { 32 };
+            let secret: Vec<u8> = (0..len).map(|_| next(3) as u8).collect();
+            text.push_str(&format!(
+                "{} {} {}\n",
+                labels[label],
+                hexs(&r),
+                hexs(&secret)
+            ));
+            model.entry((r, label)).or_insert(secret);
+        }
+        let mut log = KeyLog::new();
+        let stats = log.add_nss(text.as_bytes(), KeySource::Embedded);
+        assert_eq!(stats.secrets, model.len() as u64);
+        assert_eq!(stats.malformed, 0);
+        for first in 0..40u8 {
+            let mut r = [0u8; 32];
+            r[0] = first;
+            let got = log.get(&r).map(|s| {
+                [
+                    s.master.map(|m| m.to_vec()),
+                    s.client_handshake.map(|x| x.as_bytes().to_vec()),
+                    s.server_handshake.map(|x| x.as_bytes().to_vec()),
+                    s.client_traffic_0.map(|x| x.as_bytes().to_vec()),
+                    s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
+                    s.client_early.map(|x| x.as_bytes().to_vec()),
+                    s.exporter.map(|x| x.as_bytes().to_vec()),
+                ]
+            });
+            let want: [Option<Vec<u8>>; 7] =
+                std::array::from_fn(|label| model.get(&(r, label)).cloned());
+            if want.iter().all(Option::is_none) {
+                assert!(got.is_none());
+            } else {
+                assert_eq!(got, Some(want), "random {first}");
+            }
+        }
+        // Each secret costs its bytes and two; the entry two pointers beside its key.
+        assert!(size_of::<Packed>() <= 32);
+        let packed = log.sessions.values().map(|p| p.items.len()).sum::<usize>();
+        let secrets = model.values().map(|s| s.len() + 2).sum::<usize>();
+        assert_eq!(packed, secrets);
+    }
+
+    fn hexs(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]
