@@ -161,10 +161,10 @@ impl TlsKeys {
         let mut messages = Vec::new();
         for path in paths {
             let name = path.display().to_string();
-            match std::fs::read(path) {
+            let source = KeySource::File(name.as_str().into());
+            match std::fs::File::open(path).and_then(|file| keys.add_nss_reader(file, source)) {
                 Err(e) => messages.push((true, format!("{name}: cannot read the key log: {e}"))),
-                Ok(text) => {
-                    let stats = keys.add_nss(&text, KeySource::File(name.as_str().into()));
+                Ok(stats) => {
                     if stats.secrets == 0 {
                         messages.push((false, format!("{name}: no TLS secrets in this key log")));
                     }

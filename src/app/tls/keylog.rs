@@ -12,8 +12,11 @@
 //! the first line is the one the stack wrote when the connection was made); a differing later
 //! value is counted as a conflict.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::io::{self, Read};
 use std::sync::Arc;
+
+use hashbrown::HashTable;
 
 use crate::app::tls::crypto::Secret;
 use crate::net::flow::FoldHashKey;
@@ -22,6 +25,8 @@ use crate::net::flow::FoldHashKey;
 pub(crate) const MAX_NAMED_ERRORS: usize = 32;
 /// Longest line read; a longer one is malformed (a real line is under 250 bytes).
 const MAX_LINE_LEN: usize = 1024;
+/// Bytes of a key log file read at a time.
+const READ_BLOCK: usize = 256 * 1024;
 
 /// Where secrets came from: a key log file named by the user, or the capture itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,12 +82,18 @@ pub(crate) struct KeyLogStats {
 
 /// All secrets known so far, by client random. Grows as key logs and Decryption Secrets
 /// Blocks are read; never shrinks.
+///
+/// The key log of a busy capture names hundreds of thousands of client randoms and is held
+/// for the whole run: each one's secrets are packed ([`Packed`], about 240 bytes for a TLS 1.3
+/// connection, where a record of every possible secret and a map of them took about 690),
+/// in one list, with a table of positions to find them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyLog {
-    /// The key log of a busy capture names hundreds of thousands of client randoms and is
-    /// held for the whole run: each one's secrets are packed ([`Packed`]), about 270 bytes
-    /// for a TLS 1.3 connection where a record of every possible secret took about 575.
-    sessions: HashMap<[u8; 32], Packed, FoldHashKey>,
+    /// In the order client randoms were first named.
+    sessions: Vec<Packed>,
+    /// Positions in `sessions`, by the client random's hash.
+    index: HashTable<u32>,
+    hasher: FoldHashKey,
     /// Secrets stored so far: a connection waiting for keys looks again only when it moved.
     generation: u64,
 }
@@ -103,6 +114,7 @@ enum Label {
 /// number, its length (32 or 48), and its bytes; with the source of the first line.
 #[derive(Clone, Debug)]
 struct Packed {
+    random: [u8; 32],
     items: Box<[u8]>,
     source: KeySource,
 }
@@ -257,6 +269,50 @@ fn decode_fields(
     Ok((random, secret, len))
 }
 
+impl KeyLogStats {
+    fn malformed(&mut self, line: u64, reason: &'static str) {
+        self.malformed += 1;
+        if self.errors.len() < MAX_NAMED_ERRORS {
+            self.errors.push(KeyLogError { line, reason });
+        }
+    }
+}
+
+/// The part of a line read so far: its bytes while they may still make a line short enough
+/// to read; past that, only the first byte that is not white space (a blank line or a
+/// comment may be of any length).
+#[derive(Default)]
+struct LineCarry {
+    bytes: Vec<u8>,
+    /// `Some` once the line is too long: its first byte that is not white space, if any.
+    overflow: Option<Option<u8>>,
+}
+
+impl LineCarry {
+    fn push(&mut self, more: &[u8]) {
+        if self.overflow.is_none() {
+            // One byte more than a line may have: a carriage return before the newline.
+            if self.bytes.len() + more.len() <= MAX_LINE_LEN + 1 {
+                self.bytes.extend_from_slice(more);
+                return;
+            }
+            self.overflow = Some(first_not_white(&self.bytes));
+            self.bytes = Vec::new();
+        }
+        if let Some(None) = self.overflow {
+            self.overflow = Some(first_not_white(more));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty() && self.overflow.is_none()
+    }
+}
+
+fn first_not_white(bytes: &[u8]) -> Option<u8> {
+    bytes.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
 enum Stored {
     New,
     Same,
@@ -283,7 +339,18 @@ impl KeyLog {
 
     /// The secrets logged for a client random, if any line named it.
     pub(crate) fn get(&self, client_random: &[u8; 32]) -> Option<SessionSecrets> {
-        self.sessions.get(client_random).map(Packed::unpack)
+        let at = self.find(client_random)?;
+        self.sessions.get(at).map(Packed::unpack)
+    }
+
+    fn find(&self, random: &[u8; 32]) -> Option<usize> {
+        let hash = self.hasher.hash_one(random);
+        let at = self.index.find(hash, |&i| {
+            self.sessions
+                .get(i as usize)
+                .is_some_and(|p| p.random == *random)
+        })?;
+        Some(*at as usize)
     }
 
     /// Adds an NSS key log's lines; returns what was read; bad lines are counted and named,
@@ -298,20 +365,84 @@ impl KeyLog {
         for (index, end) in ends.enumerate() {
             let raw = &body[from..end];
             from = end + 1;
-            let line_no = index as u64 + 1;
-            stats.lines += 1;
-            let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-            if let Err(reason) = self.add_line(line, &source, &mut stats) {
-                stats.malformed += 1;
-                if stats.errors.len() < MAX_NAMED_ERRORS {
-                    stats.errors.push(KeyLogError {
-                        line: line_no,
-                        reason,
-                    });
+            self.add_numbered(raw, index as u64 + 1, &source, &mut stats);
+        }
+        stats
+    }
+
+    /// Adds an NSS key log read from `reader` a block at a time, as [`Self::add_nss`] reads
+    /// the same bytes: the file is never held whole (a busy capture's key log is tens of
+    /// megabytes, read before the capture), nor more than [`MAX_LINE_LEN`] bytes of a line.
+    /// A read error ends the reading; what was read before it stays.
+    pub(crate) fn add_nss_reader(
+        &mut self,
+        mut reader: impl Read,
+        source: KeySource,
+    ) -> io::Result<KeyLogStats> {
+        let mut stats = KeyLogStats::default();
+        let mut block = vec![0u8; READ_BLOCK];
+        let mut line = LineCarry::default();
+        let mut line_no = 0u64;
+        let mut any = false;
+        loop {
+            let n = match reader.read(&mut block) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            any = true;
+            let mut rest = block.get(..n).unwrap_or_default();
+            while let Some(end) = memchr::memchr(b'\n', rest) {
+                line.push(&rest[..end]);
+                line_no += 1;
+                self.add_carried(&mut line, line_no, &source, &mut stats);
+                rest = &rest[end + 1..];
+            }
+            line.push(rest);
+        }
+        // What follows the last newline is a line when it is not empty; no bytes at all
+        // are one empty line.
+        if !line.is_empty() || !any {
+            self.add_carried(&mut line, line_no + 1, &source, &mut stats);
+        }
+        Ok(stats)
+    }
+
+    fn add_carried(
+        &mut self,
+        line: &mut LineCarry,
+        line_no: u64,
+        source: &KeySource,
+        stats: &mut KeyLogStats,
+    ) {
+        match line.overflow {
+            None => self.add_numbered(&line.bytes, line_no, source, stats),
+            Some(first) => {
+                stats.lines += 1;
+                // A blank line or a comment may be of any length.
+                if first.is_some_and(|b| b != b'#') {
+                    stats.malformed(line_no, "line too long");
                 }
             }
         }
-        stats
+        line.bytes.clear();
+        line.overflow = None;
+    }
+
+    /// One line (without its newline), by 1-based number.
+    fn add_numbered(
+        &mut self,
+        raw: &[u8],
+        line_no: u64,
+        source: &KeySource,
+        stats: &mut KeyLogStats,
+    ) {
+        stats.lines += 1;
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if let Err(reason) = self.add_line(line, source, stats) {
+            stats.malformed(line_no, reason);
+        }
     }
 
     fn add_line(
@@ -354,7 +485,7 @@ impl KeyLog {
         } else if Secret::new(secret).is_none() {
             return Err("traffic secret is not 32 or 48 bytes");
         }
-        let stored = self.entry(random, source).store(label, secret);
+        let stored = self.entry(random, source)?.store(label, secret);
         match stored {
             Stored::New => {
                 stats.secrets += 1;
@@ -366,16 +497,35 @@ impl KeyLog {
         Ok(())
     }
 
-    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> &mut Packed {
-        self.sessions.entry(random).or_insert_with(|| Packed {
-            items: Box::default(),
-            source: source.clone(),
-        })
+    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> Result<&mut Packed, &'static str> {
+        let at = match self.find(&random) {
+            Some(at) => at,
+            None => {
+                let at = self.sessions.len();
+                let position = u32::try_from(at).map_err(|_| "too many client randoms")?;
+                let hash = self.hasher.hash_one(random);
+                let (sessions, hasher) = (&self.sessions, &self.hasher);
+                self.index.insert_unique(hash, position, |&i| {
+                    sessions
+                        .get(i as usize)
+                        .map_or(0, |p| hasher.hash_one(p.random))
+                });
+                self.sessions.push(Packed {
+                    random,
+                    items: Box::default(),
+                    source: source.clone(),
+                });
+                at
+            }
+        };
+        self.sessions.get_mut(at).ok_or("client random not found")
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     const R1: &str = "af5d338f17de420d6b71c803786293747e16a71418c364740697af9e7d5252ce";
@@ -580,9 +730,9 @@ mod tests {
                 assert_eq!(got, Some(want), "random {first}");
             }
         }
-        // Each secret costs its bytes and two; the entry two pointers beside its key.
-        assert!(size_of::<Packed>() <= 32);
-        let packed = log.sessions.values().map(|p| p.items.len()).sum::<usize>();
+        // Each secret costs its bytes and two; an entry its client random and two pointers.
+        assert!(size_of::<Packed>() <= 64);
+        let packed = log.sessions.iter().map(|p| p.items.len()).sum::<usize>();
         let secrets = model.values().map(|s| s.len() + 2).sum::<usize>();
         assert_eq!(packed, secrets);
     }
@@ -613,6 +763,88 @@ mod tests {
         assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7, 9]);
         assert_eq!((stats.malformed, stats.secrets, stats.lines), (8, 1, 9));
         assert!(log.get(&random(R1)).unwrap().server_traffic_0.is_some());
+    }
+
+    /// Gives its bytes a few at a time, as a file or pipe may.
+    struct Trickle<'a> {
+        rest: &'a [u8],
+        seed: u64,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.seed ^= self.seed << 13;
+            self.seed ^= self.seed >> 7;
+            self.seed ^= self.seed << 17;
+            let n = (1 + self.seed % 700) as usize;
+            let n = n.min(buf.len()).min(self.rest.len());
+            buf[..n].copy_from_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+            Ok(n)
+        }
+    }
+
+    /// A file read a block at a time, whole, and a few bytes at a time reads as the same
+    /// bytes given at once: lines of every kind, long ones cut anywhere, with or without a
+    /// final newline.
+    #[test]
+    fn a_key_log_read_in_pieces_reads_as_one_given_whole() {
+        let pieces = [
+            format!("CLIENT_RANDOM {R1} {S48}"),
+            format!("CLIENT_TRAFFIC_SECRET_0 {R1} {S32}\r"),
+            format!("SERVER_TRAFFIC_SECRET_0 {R1} {}", S32.replace('b', "c")),
+            format!("SERVER_TRAFFIC_SECRET_0 {} {S32}", R1.replace('a', "0")),
+            String::new(),
+            "\r".to_string(),
+            "   \t ".to_string(),
+            "# comment".to_string(),
+            format!("#{}", "x".repeat(3000)),
+            format!("{}# long comment", " ".repeat(2000)),
+            " ".repeat(5000),
+            "y".repeat(1024),
+            "y".repeat(1025),
+            format!("{}\r", "y".repeat(1024)),
+            format!("{}\r", "y".repeat(1025)),
+            format!("{}z", " ".repeat(1500)),
+            format!("CLIENT_RANDOM {R1}"),
+            "UNKNOWN_LABEL a b".to_string(),
+        ];
+        let mut seed = 0x0123_4567_89ab_cdefu64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let secrets = |log: &KeyLog| {
+            log.sessions
+                .iter()
+                .map(|p| (p.random, p.items.clone(), p.source.clone()))
+                .collect::<Vec<_>>()
+        };
+        for case in 0..300 {
+            let lines = (0..next(12)).map(|_| pieces[next(pieces.len() as u64) as usize].as_str());
+            let mut text = lines.collect::<Vec<_>>().join("\n");
+            if next(2) == 0 {
+                text.push('\n');
+            }
+            let mut whole = KeyLog::new();
+            let want = whole.add_nss(text.as_bytes(), KeySource::Embedded);
+            let mut block = KeyLog::new();
+            let got = block
+                .add_nss_reader(text.as_bytes(), KeySource::Embedded)
+                .unwrap();
+            assert_eq!(got, want, "case {case}: {text:?}");
+            assert_eq!(secrets(&block), secrets(&whole));
+            let mut trickle = KeyLog::new();
+            let reader = Trickle {
+                rest: text.as_bytes(),
+                seed: case + 1,
+            };
+            let got = trickle.add_nss_reader(reader, KeySource::Embedded).unwrap();
+            assert_eq!(got, want, "case {case} in pieces: {text:?}");
+            assert_eq!(secrets(&trickle), secrets(&whole));
+        }
     }
 
     #[test]
