@@ -18,7 +18,8 @@
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
 # WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
 # (default the first of SIZES), MIXES (default "default tiny large sessions storm keep-alive
-# long"; empty skips the section), MIX_SIZE (default the first of SIZES),
+# long sessions+tls1.3"; a mix with `+WIRE` is that mix on a wire of WIRES, read with its key
+# log; empty skips the section), MIX_SIZE (default the first of SIZES),
 # HARS (event-stream body KiB per entry of the HAR rows, default "1024 4"; empty skips the
 # section), HAR_MIB (size of each HAR, default 256),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
@@ -45,7 +46,7 @@ SEED=1
 WIRES=${WIRES-"plain tls1.3 tls1.2 h2c tls1.3+h2"}
 read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
-MIXES=${MIXES-"default tiny large sessions storm keep-alive long"}
+MIXES=${MIXES-"default tiny large sessions storm keep-alive long sessions+tls1.3"}
 MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
 HARS=${HARS-"1024 4"}
 HAR_MIB=${HAR_MIB:-256}
@@ -93,6 +94,16 @@ wire_args() {
         exit 1
         ;;
     esac
+}
+
+# Sets TSHARK_WIRE_OPTS and TSHARK_WIRE_FILTER for a wire of WIRES and its key log.
+tshark_for_wire() { # wire keylog
+    TSHARK_WIRE_OPTS=()
+    [[ $1 == tls* ]] && TSHARK_WIRE_OPTS+=(-o "tls.keylog_file:$2")
+    [[ $1 == h2c ]] && TSHARK_WIRE_OPTS+=(-d "tcp.port==$GEN_PORT,http2")
+    TSHARK_WIRE_FILTER=$TSHARK_FILTER
+    [[ $1 == *h2* ]] && TSHARK_WIRE_FILTER=$TSHARK_H2_FILTER
+    return 0
 }
 
 # Runs a command, writing its wall time in nanoseconds to WALLFILE; with PRIORITY=1 in a
@@ -288,11 +299,7 @@ if [[ -n $WIRES ]]; then
         capture "$WIRE_SIZE" "$SEED" "$f" --keylog "$f.keys" $(wire_args "$wire")
         cat "$f" >/dev/null
         b=$(bytes_of "$f")
-        TSHARK_WIRE_OPTS=()
-        [[ $wire == tls* ]] && TSHARK_WIRE_OPTS+=(-o "tls.keylog_file:$f.keys")
-        [[ $wire == h2c ]] && TSHARK_WIRE_OPTS+=(-d "tcp.port==$GEN_PORT,http2")
-        TSHARK_WIRE_FILTER=$TSHARK_FILTER
-        [[ $wire == *h2* ]] && TSHARK_WIRE_FILTER=$TSHARK_H2_FILTER
+        tshark_for_wire "$wire" "$f.keys"
         read -r ww1 _ wc1 < <(median_of "$BIN" -q -j1 --tls-keylog "$f.keys" "$f")
         read -r ww2 wr2 wc2 < <(median_of "$BIN" -q -j2 --tls-keylog "$f.keys" "$f")
         [[ $wire == plain ]] && plain_w2=$ww2 && plain_c1=$wc1
@@ -328,18 +335,25 @@ if [[ -n $MIXES ]]; then
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for mix in $MIXES; do
         f="$OUT/bench-$MIX_SIZE-mix-$mix.$FORMAT"
-        capture "$MIX_SIZE" "$SEED" "$f" --mix "$mix" --expect "$f.expect"
+        base=${mix%%+*}
+        wire=plain
+        [[ $mix == *+* ]] && wire=${mix#*+}
+        # shellcheck disable=SC2046 # wire_args gives separate words on purpose
+        capture "$MIX_SIZE" "$SEED" "$f" --mix "$base" --expect "$f.expect" --keylog "$f.keys" \
+            $(wire_args "$wire")
+        tshark_for_wire "$wire" "$f.keys"
         cat "$f" >/dev/null
         b=$(bytes_of "$f")
         # capinfos comes with tshark; without it the column says "-".
         packets=$({ capinfos -c -M "$f" 2>/dev/null || true; } | awk -F: '/Number of packets/ { gsub(/ /, "", $2); print $2 }')
         resumes=$(wc -l <"$f.expect")
         read -r mc _ _ < <(median_of cat "$f")
-        read -r mw1 _ mc1 < <(median_of "$BIN" -q -j1 "$f")
-        read -r mw2 mr2 mc2 < <(median_of "$BIN" -q -j2 "$f")
+        read -r mw1 _ mc1 < <(median_of "$BIN" -q -j1 --tls-keylog "$f.keys" "$f")
+        read -r mw2 mr2 mc2 < <(median_of "$BIN" -q -j2 --tls-keylog "$f.keys" "$f")
         gib=$(awk -v b="$b" 'BEGIN { print b / 1073741824 }')
         if [[ $TSHARK == 1 ]] && command -v tshark >/dev/null; then
-            read -r mt _ _ < <(measure tshark -r "$f" -Y "$TSHARK_FILTER" -T fields -e frame.number)
+            read -r mt _ _ < <(measure tshark "${TSHARK_WIRE_OPTS[@]}" -r "$f" -Y "$TSHARK_WIRE_FILTER" \
+                -T fields -e frame.number)
             mts=$(calc "$mt")
             mtr=$(calc "$mt / $mw2")
         else
