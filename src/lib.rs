@@ -197,9 +197,34 @@ pub mod fuzzing {
     }
 
     /// Reads an NSS key log: (lines, secrets, malformed, errors named, client randoms held).
+    /// Read again as a file is, a few bytes at a time, it must give the same.
     pub fn keylog_counts(text: &[u8]) -> (u64, u64, u64, usize, usize) {
         let mut keys = KeyLog::new();
         let s = keys.add_nss(text, KeySource::File("fuzz".into()));
+        let mut again = KeyLog::new();
+        let pieces = Pieces {
+            rest: text,
+            size: text.len() % 13 + 1,
+        };
+        let read = again.add_nss_reader(pieces, KeySource::File("fuzz".into()));
+        assert_eq!(read.ok().as_ref(), Some(&s), "the key log read in pieces");
+        assert_eq!(again.len(), keys.len());
         (s.lines, s.secrets, s.malformed, s.errors.len(), keys.len())
+    }
+
+    /// Bytes given `size` at a time.
+    struct Pieces<'a> {
+        rest: &'a [u8],
+        size: usize,
+    }
+
+    impl std::io::Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.size.min(buf.len()).min(self.rest.len());
+            let (now, rest) = self.rest.split_at(n);
+            buf[..n].copy_from_slice(now);
+            self.rest = rest;
+            Ok(n)
+        }
     }
 }
