@@ -202,20 +202,26 @@ pub mod fuzzing {
         let mut keys = KeyLog::new();
         let s = keys.add_nss(text, KeySource::File("fuzz".into()));
         let mut again = KeyLog::new();
-        let pieces = Pieces {
-            rest: text,
-            size: text.len() % 13 + 1,
-        };
+        let pieces = Pieces::new(text, text.len() % 13 + 1);
         let read = again.add_nss_reader(pieces, KeySource::File("fuzz".into()));
         assert_eq!(read.ok().as_ref(), Some(&s), "the key log read in pieces");
         assert_eq!(again.len(), keys.len());
         (s.lines, s.secrets, s.malformed, s.errors.len(), keys.len())
     }
 
-    /// Bytes given `size` at a time.
-    struct Pieces<'a> {
+    /// Bytes given `size` at a time (at least one), as a pipe may give them.
+    pub struct Pieces<'a> {
         rest: &'a [u8],
         size: usize,
+    }
+
+    impl<'a> Pieces<'a> {
+        pub fn new(bytes: &'a [u8], size: usize) -> Self {
+            Pieces {
+                rest: bytes,
+                size: size.max(1),
+            }
+        }
     }
 
     impl std::io::Read for Pieces<'_> {

@@ -859,29 +859,14 @@ fn verdict_extremes_exhaustively() {
 /// reading (fixtures/malformed/fuzz/har/, described in fixtures/malformed/README.md).
 #[test]
 fn fuzz_found_zhar_inputs_give_one_answer_however_read() {
+    use mcp_resume_audit::fuzzing::Pieces;
     use mcp_resume_audit::{InputReport, Options, analyze_reader};
-    struct Pieces<'a> {
-        data: &'a [u8],
-        size: usize,
-    }
-    impl std::io::Read for Pieces<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.size.min(buf.len()).min(self.data.len());
-            buf[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            Ok(n)
-        }
-    }
     let seen = |r: &InputReport| format!("{:?}\n{:?}\n{:?}", r.resumes, r.stats, r.messages);
     for (path, bytes) in fuzz_found("har") {
         let whole = analyze_reader("fuzz.har", &bytes[..], &Options::default());
         assert!(whole.failed(), "{:?}: the damage is reported", path);
         for size in [1, 2, 7, 64, 333, 4096] {
-            let cut = analyze_reader(
-                "fuzz.har",
-                Pieces { data: &bytes, size },
-                &Options::default(),
-            );
+            let cut = analyze_reader("fuzz.har", Pieces::new(&bytes, size), &Options::default());
             assert_eq!(seen(&whole), seen(&cut), "{:?} read {size} at a time", path);
         }
     }

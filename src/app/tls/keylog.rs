@@ -682,13 +682,7 @@ mod tests {
             "CLIENT_EARLY_TRAFFIC_SECRET",
             "EXPORTER_SECRET",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = below(0x2545_f491_4f6c_dd1d);
         let mut text = String::new();
         let mut model: HashMap<([u8; 32], usize), Vec<u8>> = HashMap::new();
         for _ in 0..2000 {
@@ -736,6 +730,16 @@ mod tests {
         let packed = log.sessions.iter().map(|p| p.items.len()).sum::<usize>();
         let secrets = model.values().map(|s| s.len() + 2).sum::<usize>();
         assert_eq!(packed, secrets);
+    }
+
+    /// A deterministic draw below `n` (xorshift).
+    fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        }
     }
 
     fn hexs(bytes: &[u8]) -> String {
@@ -810,13 +814,7 @@ mod tests {
             format!("CLIENT_RANDOM {R1}"),
             "UNKNOWN_LABEL a b".to_string(),
         ];
-        let mut seed = 0x0123_4567_89ab_cdefu64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = below(0x0123_4567_89ab_cdef);
         let secrets = |log: &KeyLog| {
             log.sessions
                 .iter()
