@@ -76,6 +76,7 @@ pub(crate) const MAX_RESYNC_SCAN_BYTES: u64 = 256 * 1024;
 
 /// TLS versions as on the wire.
 const TLS12: u16 = 0x0303;
+const TLS13: u16 = 0x0304;
 
 thread_local! {
     /// A whole record copied out of the bytes that carried it, to be decrypted in place.
@@ -125,7 +126,6 @@ impl Drop for Lent {
         }
     }
 }
-const TLS13: u16 = 0x0304;
 
 /// Where a connection's decryption stands. Terminal states other than `Decrypting` are
 /// never left.
@@ -866,7 +866,8 @@ impl TlsConnection {
         let payload = &mut record[HEADER_LEN..];
         let half = &mut self.halves[d];
         let seq = half.seq;
-        let mut scratch = Lent::new(&TRIAL);
+        // Taken only for trials: most records open in place.
+        let mut trial_buf: Option<Lent> = None;
         let result = if half.epoch == Epoch::Application {
             // One key can open it: decrypt in place, no copy.
             let opened = half
@@ -883,7 +884,7 @@ impl TlsConnection {
             // In the TLS 1.3 handshake epoch the record may also be the first one under the
             // application key (handshake secrets not logged), or 0-RTT data: each trial
             // needs the original bytes, so trials decrypt a copy.
-            let scratch = &mut *scratch;
+            let scratch: &mut Vec<u8> = trial_buf.insert(Lent::new(&TRIAL));
             let original: &[u8] = payload;
             let mut trial = |key: Option<&RecordKey>, seq: u64| {
                 let key = key?;
@@ -923,7 +924,7 @@ impl TlsConnection {
                 mark,
                 child,
             );
-        } else if let Some(p) = scratch.get(opened.plaintext) {
+        } else if let Some(p) = trial_buf.as_ref().and_then(|b| b.get(opened.plaintext)) {
             self.deliver(dir, opened.content_type, p, mark, child);
         }
     }
