@@ -1,16 +1,17 @@
 //! TLS secrets from NSS key logs (the `SSLKEYLOGFILE` format), keyed by client random.
 //!
-//! Input: the bytes of a key log file, or of a pcapng Decryption Secrets Block, and where
-//! they came from ([`KeySource`]). Lines are `LABEL <client random hex> <secret hex>`.
+//! Input: the bytes of a key log file (whole, or read a block at a time), or of a pcapng
+//! Decryption Secrets Block, and where they came from ([`KeySource`]). Lines are
+//! `LABEL <client random hex> <secret hex>`.
 //! Output: a [`KeyLog`] that answers "which secrets belong to this client random", and per
 //! call a [`KeyLogStats`] saying what was read and which lines were not.
 //! Invariants: no line is fatal: a malformed line is counted and named by its 1-based number
 //! and the rest is still read; unknown labels are counted, not errors; memory is one entry per
-//! client random, as long as the secrets logged for it, plus at most [`MAX_NAMED_ERRORS`] error
-//! texts per call. A label seen
-//! again for the same client random keeps the first secret (a key log is appended to, and
-//! the first line is the one the stack wrote when the connection was made); a differing later
-//! value is counted as a conflict.
+//! client random, as long as the secrets logged for it, plus at most [`MAX_NAMED_ERRORS`]
+//! error texts per call (and, reading a file, one block and one line's first bytes). A label
+//! seen again for the same client random keeps the first secret (a key log is appended to,
+//! and the first line is the one the stack wrote when the connection was made); a differing
+//! later value is counted as a conflict.
 
 use std::hash::BuildHasher;
 use std::io::{self, Read};
