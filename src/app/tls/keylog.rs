@@ -771,25 +771,6 @@ mod tests {
         assert!(log.get(&random(R1)).unwrap().server_traffic_0.is_some());
     }
 
-    /// Gives its bytes a few at a time, as a file or pipe may.
-    struct Trickle<'a> {
-        rest: &'a [u8],
-        seed: u64,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.seed ^= self.seed << 13;
-            self.seed ^= self.seed >> 7;
-            self.seed ^= self.seed << 17;
-            let n = (1 + self.seed % 700) as usize;
-            let n = n.min(buf.len()).min(self.rest.len());
-            buf[..n].copy_from_slice(&self.rest[..n]);
-            self.rest = &self.rest[n..];
-            Ok(n)
-        }
-    }
-
     /// A file read a block at a time, whole, and a few bytes at a time reads as the same
     /// bytes given at once: lines of every kind, long ones cut anywhere, with or without a
     /// final newline.
@@ -837,10 +818,8 @@ mod tests {
             assert_eq!(got, want, "case {case}: {text:?}");
             assert_eq!(secrets(&block), secrets(&whole));
             let mut trickle = KeyLog::new();
-            let reader = Trickle {
-                rest: text.as_bytes(),
-                seed: case + 1,
-            };
+            // 1 to 700 bytes a read, a size per case.
+            let reader = crate::fuzzing::Pieces::new(text.as_bytes(), case * 7 % 700 + 1);
             let got = trickle.add_nss_reader(reader, KeySource::Embedded).unwrap();
             assert_eq!(got, want, "case {case} in pieces: {text:?}");
             assert_eq!(secrets(&trickle), secrets(&whole));
