@@ -18,8 +18,10 @@
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
 # WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
 # (default the first of SIZES), MIXES (default "default tiny large sessions storm keep-alive
-# long sessions+tls1.3"; a mix with `+WIRE` is that mix on a wire of WIRES, read with its key
-# log; empty skips the section), MIX_SIZE (default the first of SIZES),
+# long sessions+tls1.3 large@65000"; a mix with `+WIRE` is that mix on a wire of WIRES, read
+# with its key log; with `@N`, in packets of up to N bytes of TCP payload, as a loopback capture
+# or a host that coalesces received segments has them; empty skips the section), MIX_SIZE
+# (default the first of SIZES),
 # HARS (event-stream body KiB per entry of the HAR rows, default "1024 4"; empty skips the
 # section), HAR_MIB (size of each HAR, default 256),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
@@ -46,7 +48,7 @@ SEED=1
 WIRES=${WIRES-"plain tls1.3 tls1.2 h2c tls1.3+h2"}
 read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
-MIXES=${MIXES-"default tiny large sessions storm keep-alive long sessions+tls1.3"}
+MIXES=${MIXES-"default tiny large sessions storm keep-alive long sessions+tls1.3 large@65000"}
 MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
 HARS=${HARS-"1024 4"}
 HAR_MIB=${HAR_MIB:-256}
@@ -335,12 +337,15 @@ if [[ -n $MIXES ]]; then
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for mix in $MIXES; do
         f="$OUT/bench-$MIX_SIZE-mix-$mix.$FORMAT"
-        base=${mix%%+*}
+        on_wire=${mix%@*}
+        base=${on_wire%%+*}
         wire=plain
-        [[ $mix == *+* ]] && wire=${mix#*+}
+        [[ $on_wire == *+* ]] && wire=${on_wire#*+}
+        mss=()
+        [[ $mix == *@* ]] && mss=(--mss "${mix##*@}")
         # shellcheck disable=SC2046 # wire_args gives separate words on purpose
         capture "$MIX_SIZE" "$SEED" "$f" --mix "$base" --expect "$f.expect" --keylog "$f.keys" \
-            $(wire_args "$wire")
+            "${mss[@]}" $(wire_args "$wire")
         tshark_for_wire "$wire" "$f.keys"
         cat "$f" >/dev/null
         b=$(bytes_of "$f")

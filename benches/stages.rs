@@ -155,6 +155,7 @@ fn stage() -> Staged {
         sessions: None,
         mix: workload::Mix::Default,
         wire: Default::default(),
+        mss: None,
     };
     let mut capture = Vec::with_capacity(CAPTURE_BYTES as usize + (1 << 20));
     if let Err(e) = workload::write_capture(&w, &mut capture, &mut std::io::sink(), None) {

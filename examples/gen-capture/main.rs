@@ -2,7 +2,7 @@
 //!
 //! Usage: `cargo run --release --example gen-capture -- --size 1GiB --format pcap|pcapng
 //! --out FILE [--seed N] [--sessions N] [--mix M] [--expect FILE] [--http2] [--tls 1.3|1.2
-//! [--tls-suite aes128|aes256|chacha20] --keylog FILE] [--keylog FILE]`.
+//! [--tls-suite aes128|aes256|chacha20] --keylog FILE] [--keylog FILE] [--mss N]`.
 //!
 //! What the capture holds is described in `workload.rs`; `--mix` picks the traffic mix
 //! (`default`, `tiny`, `large`, `sessions`, `storm`, `keep-alive`, `long`; see [`Mix`]). `--expect` writes the expected
@@ -98,6 +98,10 @@ struct Args {
     /// Write the TLS secrets here (NSS key log format).
     #[arg(long)]
     keylog: Option<PathBuf>,
+    /// Largest TCP payload per packet [default: 1460]; up to 65,000 for the packets of a
+    /// loopback capture or of a host that coalesces what it receives (GRO).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(8..=65_000))]
+    mss: Option<u16>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -139,6 +143,7 @@ fn main() -> io::Result<()> {
             MixArg::KeepAlive => Mix::KeepAlive,
             MixArg::Long => Mix::Long,
         },
+        mss: args.mss,
         wire: Wire {
             http: if args.http2 {
                 HttpVersion::Http2

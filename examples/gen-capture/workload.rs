@@ -56,6 +56,9 @@ pub struct Workload {
     pub wire: Wire,
     /// The traffic mix.
     pub mix: Mix,
+    /// Largest TCP payload of a segment; `None`: 1,460 (Ethernet). Loopback captures and
+    /// hosts that coalesce received segments (GRO) see up to 64 KiB in one packet.
+    pub mss: Option<u16>,
 }
 
 /// The traffic mix of a workload: each stresses another part of the analyzer, over the same
@@ -266,7 +269,13 @@ fn pick_kind(rng: &mut Rng) -> Kind {
 
 /// Builds one session; `serial` is its number over the whole capture (its client address).
 /// Returns the session and the events it sends.
-fn session(rng: &mut Rng, serial: u64, mean_events: u64, shape: &Shape) -> (SessionSpec, u64) {
+fn session(
+    rng: &mut Rng,
+    serial: u64,
+    mean_events: u64,
+    shape: &Shape,
+    mss: Option<u16>,
+) -> (SessionSpec, u64) {
     // 10.1.0.0 onwards: one client address per session, so every 4-tuple is unique.
     let host = 0x0a01_0000u32.wrapping_add(serial as u32);
     let client = Ipv4Addr::from(host);
@@ -282,6 +291,9 @@ fn session(rng: &mut Rng, serial: u64, mean_events: u64, shape: &Shape) -> (Sess
         );
         f.client_isn = rng.next() as u32;
         f.server_isn = rng.next() as u32;
+        if let Some(mss) = mss {
+            f.mss = mss;
+        }
         conns.push(ConnSpec::new(f));
     }
     let sid = format!("{:016x}{:016x}", rng.next(), rng.next());
@@ -536,7 +548,7 @@ fn generate<W: PacketWriter, S: PacketWriter>(
         let mut specs = Vec::with_capacity(sessions);
         let mut events = 0;
         for _ in 0..sessions {
-            let (spec, n) = session(&mut rng, totals.sessions, mean_events, &shape);
+            let (spec, n) = session(&mut rng, totals.sessions, mean_events, &shape, w.mss);
             specs.push(spec);
             totals.sessions += 1;
             events += n;
