@@ -1046,22 +1046,25 @@ struct Live {
     held: usize,
 }
 
-/// The session `sid` of `live`, made when it is new.
-fn live_session<'m>(
-    live: &'m mut HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
-    sid: &str,
-) -> &'m mut Live {
-    if !live.contains_key(sid) {
-        let name: Arc<str> = Arc::from(sid);
-        live.insert(
-            name.clone(),
-            Live {
-                name,
-                ..Live::default()
-            },
-        );
+/// The sessions held, by id.
+type LiveMap = hashbrown::HashMap<Arc<str>, Live, foldhash::quality::RandomState>;
+
+/// The session `sid` of `live`, made when it is new: one lookup (the session stage makes one
+/// per exchange begun and per exchange ended, and a reconnect storm's are most of its work).
+fn live_session<'m>(live: &'m mut LiveMap, sid: &str) -> &'m mut Live {
+    match live.entry_ref(sid) {
+        hashbrown::hash_map::EntryRef::Occupied(o) => o.into_mut(),
+        hashbrown::hash_map::EntryRef::Vacant(v) => {
+            let name: Arc<str> = Arc::from(sid);
+            v.insert_with_key(
+                name.clone(),
+                Live {
+                    name,
+                    ..Live::default()
+                },
+            )
+        }
     }
-    live.get_mut(sid).expect("inserted above")
 }
 
 /// Moves `l` to the end of the idle order, as of event count `seq` (or out of it, while it has
@@ -1105,7 +1108,7 @@ pub struct Stage {
     retention: Retention,
     /// Keyed by session ids a peer chose: a seeded hasher (foldhash), not SipHash, which was
     /// a few percent of a reconnect storm's time.
-    live: HashMap<Arc<str>, Live, foldhash::quality::RandomState>,
+    live: LiveMap,
     /// Sessions without an open exchange, least recently active first (by the count of
     /// events taken when they were last active). An entry whose count is no longer its
     /// session's `idle_at` is stale and skipped: a session touched again is pushed anew
@@ -1130,7 +1133,7 @@ impl Stage {
         Stage {
             opts: opts.clone(),
             retention,
-            live: HashMap::default(),
+            live: LiveMap::default(),
             idle: VecDeque::new(),
             open: HashMap::default(),
             held: 0,
