@@ -399,10 +399,7 @@ fn compressed(data: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     xz.write_all(data).unwrap();
     vec![
         ("gz", gz.finish().unwrap()),
-        (
-            "zst",
-            ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest),
-        ),
+        ("zst", zstd::bulk::compress(data, 3).unwrap()),
         ("lz4", lz.finish().unwrap()),
         ("xz", xz.finish().unwrap()),
     ]

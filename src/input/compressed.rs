@@ -83,18 +83,10 @@ impl Codec {
     pub fn decoder<'a, R: Read + 'a>(self, src: R) -> Box<dyn Read + 'a> {
         match self {
             Codec::Gzip => Box::new(flate2::read::MultiGzDecoder::new(src)),
-            Codec::Zstd => Box::new(Frames {
-                src: Some(BufReader::new(src)),
-                frame: None,
-                open: |src| {
-                    ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
-                        src,
-                        MAX_ZSTD_WINDOW,
-                    )
-                    .map_err(std::io::Error::other)
-                },
-                inner: |f: ruzstd::decoding::StreamingDecoder<_, _>| f.into_inner(),
-            }),
+            Codec::Zstd => match zstd_decoder(src) {
+                Ok(d) => Box::new(Zstd(d)),
+                Err(e) => Box::new(Failed(Some(e))),
+            },
             Codec::Lz4 => Box::new(Frames {
                 src: Some(BufReader::new(src)),
                 frame: None::<lz4_flex::frame::FrameDecoder<_>>,
@@ -113,12 +105,43 @@ impl Codec {
 }
 
 /// The largest zstd window accepted: what `zstd` uses up to level 19 and for `--long` (27).
-pub const MAX_ZSTD_WINDOW: u64 = 128 << 20;
+pub const MAX_ZSTD_WINDOW: u64 = 1 << MAX_ZSTD_WINDOW_LOG;
+/// [`MAX_ZSTD_WINDOW`] as libzstd takes it, a power of two.
+const MAX_ZSTD_WINDOW_LOG: u32 = 27;
+
+/// libzstd's streaming decoder over `src`, every frame one after the other (skippable frames
+/// skipped), refusing a window past [`MAX_ZSTD_WINDOW`] before allocating it.
+fn zstd_decoder<R: Read>(
+    src: R,
+) -> std::io::Result<zstd::stream::read::Decoder<'static, BufReader<R>>> {
+    let mut d = zstd::stream::read::Decoder::with_buffer(BufReader::new(src))?;
+    d.window_log_max(MAX_ZSTD_WINDOW_LOG)?;
+    Ok(d)
+}
+
+/// The zstd decoder, its errors said in the input's terms: libzstd calls a window past the
+/// limit "too much memory".
+struct Zstd<D>(D);
+
+impl<D: Read> Read for Zstd<D> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(out).map_err(|e| {
+            if e.to_string().contains("too much memory") {
+                std::io::Error::other(format!(
+                    "window larger than {} MiB, refused (libzstd: {e})",
+                    MAX_ZSTD_WINDOW >> 20
+                ))
+            } else {
+                e
+            }
+        })
+    }
+}
 /// The most memory the xz decoder may use: `xz -9` needs 65 MiB, and the dictionary a stream
 /// declares is allocated as declared, so the bound is kept near that.
 pub const XZ_MEMORY_LIMIT: u64 = 80 << 20;
 
-/// Frames one after the other (zstd, lz4): a frame ends, and the next begins if bytes remain.
+/// Frames one after the other (lz4): a frame ends, and the next begins if bytes remain.
 struct Frames<R: Read, F, O, I> {
     /// The compressed input between frames.
     src: Option<BufReader<R>>,
@@ -186,9 +209,7 @@ mod tests {
                 e.write_all(data).unwrap();
                 e.finish().unwrap()
             }
-            Codec::Zstd => {
-                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
-            }
+            Codec::Zstd => zstd::bulk::compress(data, 3).unwrap(),
             Codec::Lz4 => {
                 let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
                 e.write_all(data).unwrap();
@@ -256,6 +277,33 @@ mod tests {
                     || decode_all(codec, &bad[..]).unwrap() != data
             );
         }
+    }
+
+    /// Frames of another maker (the pure-Rust encoder), skippable frames between frames (as
+    /// `zstd` tools write metadata), and a frame of each level read as one stream.
+    #[test]
+    fn zstd_frames_of_either_maker_and_skippable_frames_read_as_one_stream() {
+        let data = sample();
+        let mut packed = ruzstd::encoding::compress_to_vec(
+            &data[..5000],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        // A skippable frame: magic 0x184D2A50, its length, then bytes no decoder reads.
+        packed.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3]);
+        packed.extend_from_slice(&zstd::bulk::compress(&data[5000..9000], 19).unwrap());
+        packed.extend_from_slice(&zstd::bulk::compress(&data[9000..], 1).unwrap());
+        assert!(decode_all(Codec::Zstd, &packed[..]).unwrap() == data);
+        let t = Trickle::new(&packed, &[1, 5, 999]);
+        assert!(decode_all(Codec::Zstd, t).unwrap() == data);
+        // Bytes after the last frame that begin no frame: an error, after every byte before.
+        packed.extend_from_slice(b"not a frame");
+        let mut out = Vec::new();
+        let e = Codec::Zstd
+            .decoder(&packed[..])
+            .read_to_end(&mut out)
+            .unwrap_err();
+        assert!(!e.to_string().is_empty());
+        assert!(out.len() <= data.len() && data.starts_with(&out));
     }
 
     #[test]
