@@ -210,6 +210,27 @@ pub mod fuzzing {
     }
 
     /// Bytes given `size` at a time (at least one), as a pipe may give them.
+    /// `bytes` decoded as the compressed stream its first bytes name (`None` when they name
+    /// none of gzip, zstd, lz4 and xz), the input given `size` bytes a read: at most `cap`
+    /// bytes of output (more may be asked of a small input), and whether an error ended it.
+    pub fn decompressed(bytes: &[u8], size: usize, cap: usize) -> Option<(Vec<u8>, bool)> {
+        use std::io::Read;
+        let codec = crate::input::compressed::Codec::sniff(bytes)?;
+        let mut decoder = codec.decoder(Pieces::new(bytes, size));
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while out.len() < cap {
+            match decoder.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Some((out, true)),
+            }
+        }
+        out.truncate(cap);
+        Some((out, false))
+    }
+
     pub struct Pieces<'a> {
         rest: &'a [u8],
         size: usize,

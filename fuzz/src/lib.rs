@@ -833,6 +833,41 @@ pub fn json_nesting(data: &[u8]) {
     assert_eq!(blocks, bytes, "the two readings of one container differ");
 }
 
+/// Bytes 1 on as a compressed input (gzip, zstd, lz4 or xz, told by its first bytes, as the
+/// analyzer tells them), decoded from one read of the whole and again from reads of 1 to 256
+/// bytes (byte 0 chooses), each up to 4 MiB of output. A stream decodes to one sequence of
+/// bytes however it is read: what the two readings gave agree on their common length, and a
+/// stream read to its end without an error one way is read to the same end the other way.
+pub fn compressed(data: &[u8]) {
+    const CAP: usize = 4 << 20;
+    let [size, stream @ ..] = data else {
+        return;
+    };
+    let Some(whole) = mcp_resume_audit::fuzzing::decompressed(stream, usize::MAX, CAP) else {
+        return;
+    };
+    let Some(cut) = mcp_resume_audit::fuzzing::decompressed(stream, usize::from(*size) + 1, CAP)
+    else {
+        unreachable!("the same first bytes name the same codec");
+    };
+    let common = whole.0.len().min(cut.0.len());
+    assert!(
+        whole.0[..common] == cut.0[..common],
+        "the decoded bytes depend on the reads"
+    );
+    for (a, b) in [(&whole, &cut), (&cut, &whole)] {
+        if !a.1 && a.0.len() < CAP {
+            assert!(
+                !b.1 && b.0.len() == a.0.len(),
+                "one reading ended cleanly after {} bytes, the other {} after {}",
+                a.0.len(),
+                if b.1 { "failed" } else { "ended" },
+                b.0.len()
+            );
+        }
+    }
+}
+
 /// Feeds a transcript to the HTTP/2 parser whole and cut at input-chosen points; the events
 /// must be the same, and every delivered response head must get exactly one body end once
 /// both directions ended (the server's end ends every open body).
