@@ -209,7 +209,6 @@ pub mod fuzzing {
         (s.lines, s.secrets, s.malformed, s.errors.len(), keys.len())
     }
 
-    /// Bytes given `size` at a time (at least one), as a pipe may give them.
     /// `bytes` decoded as the compressed stream its first bytes name (`None` when they name
     /// none of gzip, zstd, lz4 and xz), the input given `size` bytes a read: at most `cap`
     /// bytes of output (more may be asked of a small input), and whether an error ended it.
@@ -231,6 +230,7 @@ pub mod fuzzing {
         Some((out, false))
     }
 
+    /// Bytes given `size` at a time (at least one), as a pipe may give them.
     pub struct Pieces<'a> {
         rest: &'a [u8],
         size: usize,

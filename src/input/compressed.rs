@@ -137,6 +137,7 @@ impl<D: Read> Read for Zstd<D> {
         })
     }
 }
+
 /// The most memory the xz decoder may use: `xz -9` needs 65 MiB, and the dictionary a stream
 /// declares is allocated as declared, so the bound is kept near that.
 pub const XZ_MEMORY_LIMIT: u64 = 80 << 20;
