@@ -310,6 +310,7 @@ fn emit_facts(
         let mut out = BufWriter::new(std::io::stdout());
         let o = driver::map_run(&cli.inputs, opts, &mut out, &mut err)?;
         out.flush()?;
+        stale_keys_warning(opts, &mut err)?;
         return Ok(o.exit_code());
     }
     refuse_to_overwrite_an_input(path, &cli.inputs)?;
@@ -318,6 +319,7 @@ fn emit_facts(
     let o = driver::map_run(&cli.inputs, opts, &mut out, &mut err)?;
     out.into_inner().map_err(|e| e.into_error())?;
     target.finish()?;
+    stale_keys_warning(opts, &mut err)?;
     Ok(o.exit_code())
 }
 
@@ -439,5 +441,20 @@ fn real_main() -> anyhow::Result<i32> {
             }
         }
     };
+    stale_keys_warning(&opts, &mut err)?;
     Ok(outcome.exit_code())
+}
+
+/// A key log file read back during the run that no longer said what it said when first read
+/// (rewritten or cut): the connections that asked for its secrets were not decrypted.
+fn stale_keys_warning(opts: &Options, err: &mut impl Write) -> std::io::Result<()> {
+    let n = opts.tls.stale();
+    if n > 0 {
+        writeln!(
+            err,
+            "warning: a key log file changed during the run: the secrets of {n} TLS \
+             connection(s) were no longer where it first had them, and they were not decrypted"
+        )?;
+    }
+    Ok(())
 }

@@ -197,15 +197,32 @@ pub mod fuzzing {
     }
 
     /// Reads an NSS key log: (lines, secrets, malformed, errors named, client randoms held).
-    /// Read again as a file is, a few bytes at a time, it must give the same.
+    /// Read again as a file is, a few bytes at a time, it must give the same; read from a
+    /// file, its secrets read back from there (spans of 1 to 2,000 bytes), the same secrets.
     pub fn keylog_counts(text: &[u8]) -> (u64, u64, u64, usize, usize) {
+        let source = || KeySource::File("fuzz".into());
         let mut keys = KeyLog::new();
-        let s = keys.add_nss(text, KeySource::File("fuzz".into()));
+        let s = keys.add_nss(text, source());
         let mut again = KeyLog::new();
         let pieces = Pieces::new(text, text.len() % 13 + 1);
-        let read = again.add_nss_reader(pieces, KeySource::File("fuzz".into()));
+        let read = again.add_nss_reader(pieces, source());
         assert_eq!(read.ok().as_ref(), Some(&s), "the key log read in pieces");
         assert_eq!(again.len(), keys.len());
+        let mut file = tempfile::tempfile().expect("a temporary file");
+        std::io::Write::write_all(&mut file, text).expect("written");
+        std::io::Seek::rewind(&mut file).expect("rewound");
+        let mut spans = KeyLog::with_max_span(text.len() as u32 % 2000 + 1);
+        let read = spans.add_nss_file(file, source());
+        assert_eq!(read.ok().as_ref(), Some(&s), "the key log read from a file");
+        assert!(spans.randoms().eq(keys.randoms()));
+        for random in keys.randoms() {
+            assert_eq!(
+                spans.get(random),
+                keys.get(random),
+                "read back from the file"
+            );
+        }
+        assert_eq!(spans.stale(), 0);
         (s.lines, s.secrets, s.malformed, s.errors.len(), keys.len())
     }
 

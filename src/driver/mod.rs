@@ -162,7 +162,7 @@ impl TlsKeys {
         for path in paths {
             let name = path.display().to_string();
             let source = KeySource::File(name.as_str().into());
-            match std::fs::File::open(path).and_then(|file| keys.add_nss_reader(file, source)) {
+            match std::fs::File::open(path).and_then(|file| keys.add_nss_file(file, source)) {
                 Err(e) => messages.push((true, format!("{name}: cannot read the key log: {e}"))),
                 Ok(stats) => {
                     if stats.secrets == 0 {
@@ -191,6 +191,12 @@ impl TlsKeys {
     /// No secret is known.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Connections whose secrets, read back from a key log file, were no longer there as
+    /// first read (the file changed during the run): they were not decrypted.
+    pub fn stale(&self) -> u64 {
+        self.0.stale()
     }
 }
 

@@ -6,16 +6,21 @@
 //! Output: a [`KeyLog`] that answers "which secrets belong to this client random", and per
 //! call a [`KeyLogStats`] saying what was read and which lines were not.
 //! Invariants: no line is fatal: a malformed line is counted and named by its 1-based number
-//! and the rest is still read; unknown labels are counted, not errors; memory is one entry per
-//! client random, as long as the secrets logged for it, plus at most [`MAX_NAMED_ERRORS`]
-//! error texts per call (and, reading a file, one block and one line's first bytes). A label
-//! seen again for the same client random keeps the first secret (a key log is appended to,
-//! and the first line is the one the stack wrote when the connection was made); a differing
-//! later value is counted as a conflict.
+//! and the rest is still read; unknown labels are counted, not errors; memory is one entry of
+//! fixed size per client random, plus the secrets of lines that cannot be read back from a
+//! regular file (those of a pipe or the capture, and those far from the client random's first
+//! line), plus at most [`MAX_NAMED_ERRORS`] error texts per call (and, reading a file, one
+//! block and one line's first bytes). A label seen again for the same client random keeps the
+//! first secret (a key log is appended to, and the first line is the one the stack wrote when
+//! the connection was made); a differing later value is counted as a conflict. Secrets read
+//! back from a file are those first read or none: a file changed since gives nothing from its
+//! new bytes, and the lookup is counted ([`KeyLog::stale`]).
 
+use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{self, Read};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 
@@ -40,7 +45,7 @@ pub(crate) enum KeySource {
 
 /// The secrets logged for one client random, as [`KeyLog::get`] gives them. Each is absent
 /// until a line gives it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SessionSecrets {
     /// TLS 1.2 (and earlier) master secret, always 48 bytes.
     pub master: Option<[u8; 48]>,
@@ -84,24 +89,83 @@ pub(crate) struct KeyLogStats {
 /// All secrets known so far, by client random. Grows as key logs and Decryption Secrets
 /// Blocks are read; never shrinks.
 ///
-/// The key log of a busy capture names hundreds of thousands of client randoms and is held
-/// for the whole run: each one's secrets are packed ([`Packed`]) in one list, with a table of
-/// positions to find them: about 220 bytes for the four secrets of a TLS 1.3 connection
-/// (62,972 client randoms in 13.8 MB), where a map of records with room for every secret
-/// took about 460.
-#[derive(Clone, Debug, Default)]
+/// A key log is appended to for as long as its TLS stack runs, and names far more client
+/// randoms than one capture opens; it is held for the whole run. One read from a regular file
+/// keeps, per client random, where its lines are in that file (a [`Entry`] of 56 bytes, and 4
+/// in the table that finds it) and reads them again when a connection asks
+/// ([`KeyLog::get`]): about 60 bytes for a TLS 1.3 connection's four secrets, which held in
+/// memory take about 220. Lines of one client random further apart than
+/// [`DEFAULT_MAX_SPAN`], and lines from a pipe or from the capture (Decryption Secrets Blocks),
+/// are held in memory as tagged bytes.
+#[derive(Clone, Debug)]
 pub(crate) struct KeyLog {
     /// In the order client randoms were first named.
-    sessions: Vec<Packed>,
+    sessions: Vec<Entry>,
     /// Positions in `sessions`, by the client random's hash.
     index: HashTable<u32>,
     hasher: FoldHashKey,
     /// Secrets stored so far: a connection waiting for keys looks again only when it moved.
     generation: u64,
+    /// Secrets held in memory: each as its label's number, its length (32 or 48), and its
+    /// bytes, in the order their lines came; `Entry::held` is a position here plus one.
+    held: Vec<Box<[u8]>>,
+    /// Where lines came from; `Entry::source` is a position here.
+    sources: Vec<Origin>,
+    /// Longest stretch of a file one client random's lines may span and still be read back.
+    max_span: u32,
+    /// Lines read back that no longer said what they said when first read (the file was
+    /// changed during the run); shared by the copies made as the capture adds secrets.
+    stale: Arc<AtomicU64>,
 }
 
-/// A line's label; its number is how [`Packed`] tags the secret.
-#[derive(Clone, Copy)]
+impl Default for KeyLog {
+    fn default() -> Self {
+        KeyLog {
+            sessions: Vec::new(),
+            index: HashTable::new(),
+            hasher: FoldHashKey::default(),
+            generation: 0,
+            held: Vec::new(),
+            sources: Vec::new(),
+            max_span: DEFAULT_MAX_SPAN,
+            stale: Arc::default(),
+        }
+    }
+}
+
+/// Longest stretch of a key log file, from the first line of a client random to its last,
+/// read again when a connection asks for its secrets. A TLS stack writes a connection's lines
+/// within its handshake, a few hundred bytes apart where many connections are made at once;
+/// a client random named again much later is held in memory from there on.
+pub(crate) const DEFAULT_MAX_SPAN: u32 = 8 * 1024;
+
+/// A source of lines, and the file to read them again from (a regular file read whole).
+#[derive(Clone, Debug)]
+struct Origin {
+    source: KeySource,
+    file: Option<Arc<File>>,
+}
+
+/// One client random: the stretch of its source's file holding its first lines (`span`
+/// bytes from `from`; none when `span` is 0), and the secrets of later lines held in memory.
+#[derive(Clone, Debug)]
+struct Entry {
+    random: [u8; 32],
+    from: u64,
+    span: u32,
+    /// A digest of the secrets in the span, as first read: a reading that disagrees is stale.
+    check: u32,
+    /// Position in `KeyLog::held` plus one; 0 when nothing is held.
+    held: u32,
+    /// The source of its first line, a position in `KeyLog::sources`.
+    source: u16,
+    /// The labels stored for it (one bit per label's number), and those of them in the span.
+    labels: u8,
+    span_labels: u8,
+}
+
+/// A line's label; its number is how tagged secrets and label bits name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Label {
     ClientRandom = 0,
     ClientHandshake = 1,
@@ -112,74 +176,79 @@ enum Label {
     Exporter = 6,
 }
 
-/// The secrets of one client random, in the order their lines came: each as its label's
-/// number, its length (32 or 48), and its bytes; with the source of the first line.
-#[derive(Clone, Debug)]
-struct Packed {
-    random: [u8; 32],
-    items: Box<[u8]>,
-    source: KeySource,
+impl Label {
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
 }
 
-impl Packed {
-    /// Each stored secret with its label's number.
-    fn iter(&self) -> impl Iterator<Item = (u8, &[u8])> {
-        let mut rest: &[u8] = &self.items;
-        std::iter::from_fn(move || {
-            let (&[tag, len], tail) = rest.split_first_chunk::<2>()?;
-            let (bytes, next) = tail.split_at_checked(usize::from(len))?;
-            rest = next;
-            Some((tag, bytes))
-        })
-    }
+/// Each secret of tagged bytes with its label's number.
+fn tagged(items: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let (&[tag, len], tail) = rest.split_first_chunk::<2>()?;
+        let (bytes, next) = tail.split_at_checked(usize::from(len))?;
+        rest = next;
+        Some((tag, bytes))
+    })
+}
 
-    fn find(&self, label: Label) -> Option<&[u8]> {
-        self.iter()
-            .find(|&(tag, _)| tag == label as u8)
-            .map(|(_, bytes)| bytes)
-    }
+fn push_tagged(items: &mut Vec<u8>, label: Label, secret: &[u8]) {
+    items.extend_from_slice(&[label as u8, secret.len() as u8]);
+    items.extend_from_slice(secret);
+}
 
-    /// Stores `secret` (at most 48 bytes) under `label` unless the label is there already.
-    fn store(&mut self, label: Label, secret: &[u8]) -> Stored {
-        match self.find(label) {
-            Some(old) if old == secret => Stored::Same,
-            Some(_) => Stored::Conflict,
-            None => {
-                let mut items = Vec::with_capacity(self.items.len() + 2 + secret.len());
-                items.extend_from_slice(&self.items);
-                items.extend_from_slice(&[label as u8, secret.len() as u8]);
-                items.extend_from_slice(secret);
-                self.items = items.into_boxed_slice();
-                Stored::New
+/// The secrets of tagged bytes, the first of each label; `None` when there are none.
+fn unpack(items: &[u8], source: &KeySource) -> Option<SessionSecrets> {
+    if items.is_empty() {
+        return None;
+    }
+    let mut s = SessionSecrets {
+        master: None,
+        client_handshake: None,
+        server_handshake: None,
+        client_traffic_0: None,
+        server_traffic_0: None,
+        client_early: None,
+        exporter: None,
+        source: source.clone(),
+    };
+    for (tag, bytes) in tagged(items) {
+        let slot = match tag {
+            0 => {
+                if s.master.is_none() {
+                    s.master = bytes.try_into().ok();
+                }
+                continue;
             }
-        }
-    }
-
-    fn unpack(&self) -> SessionSecrets {
-        let mut s = SessionSecrets {
-            master: None,
-            client_handshake: None,
-            server_handshake: None,
-            client_traffic_0: None,
-            server_traffic_0: None,
-            client_early: None,
-            exporter: None,
-            source: self.source.clone(),
+            1 => &mut s.client_handshake,
+            2 => &mut s.server_handshake,
+            3 => &mut s.client_traffic_0,
+            4 => &mut s.server_traffic_0,
+            5 => &mut s.client_early,
+            _ => &mut s.exporter,
         };
-        for (tag, bytes) in self.iter() {
-            let secret = Secret::new(bytes);
-            match tag {
-                0 => s.master = bytes.try_into().ok(),
-                1 => s.client_handshake = secret,
-                2 => s.server_handshake = secret,
-                3 => s.client_traffic_0 = secret,
-                4 => s.server_traffic_0 = secret,
-                5 => s.client_early = secret,
-                _ => s.exporter = secret,
-            }
+        if slot.is_none() {
+            *slot = Secret::new(bytes);
         }
-        s
     }
+    Some(s)
+}
+
+/// A digest of one secret, summed over a span's: a changed file reads back another sum.
+fn digest(hasher: &FoldHashKey, label: Label, secret: &[u8]) -> u32 {
+    hasher.hash_one((label as u8, secret)) as u32
+}
+
+/// Reads `buf.len()` bytes of `file` at `at`, leaving its position where it was.
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+}
+
+#[cfg(not(unix))]
+fn read_at(_: &File, _: &mut [u8], _: u64) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
 }
 
 fn label(name: &[u8]) -> Option<Label> {
@@ -234,7 +303,7 @@ fn decode_hex(text: &[u8], out: &mut [u8]) -> bool {
 
 /// A line as TLS libraries write it, decoded: a label this tool uses, one space, the client
 /// random's 64 hex digits, one space, the secret's hex digits. `None` for any other shape; the
-/// general reading of [`KeyLog::add_line`] then takes the line and names what is wrong with it.
+/// general reading of [`parse_line`] then takes the line and names what is wrong with it.
 /// On such a line both readings find the same three fields (no white space is hex or part of a
 /// label), so they agree; this one only skips splitting at every byte, which took a fifth of
 /// the load time of a busy key log.
@@ -321,9 +390,73 @@ enum Stored {
     Conflict,
 }
 
+/// A line read: nothing to store (blank, a comment), a label this tool does not use, or a
+/// secret with its label and client random (the secret in its first `len` bytes).
+enum Parsed {
+    Nothing,
+    UnknownLabel,
+    Secret(Label, [u8; 32], [u8; 48], usize),
+}
+
+/// One line (without its newline or carriage return), as loading reads it and as reading a
+/// span back reads it again: the two must agree on every line.
+fn parse_line(line: &[u8]) -> Result<Parsed, &'static str> {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() || trimmed.starts_with(b"#") {
+        return Ok(Parsed::Nothing);
+    }
+    if line.len() > MAX_LINE_LEN {
+        return Err("line too long");
+    }
+    let (label, random, secret, secret_len) = match common_line(trimmed) {
+        Some(fields) => fields,
+        None => {
+            let mut fields = trimmed
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|f| !f.is_empty());
+            let (Some(name), Some(random_hex), Some(secret_hex), None) =
+                (fields.next(), fields.next(), fields.next(), fields.next())
+            else {
+                return Err("expected three fields: label, client random, secret");
+            };
+            let (random, secret, secret_len) = decode_fields(random_hex, secret_hex)?;
+            let Some(label) = label(name) else {
+                return Ok(Parsed::UnknownLabel);
+            };
+            (label, random, secret, secret_len)
+        }
+    };
+    let value = &secret[..secret_len];
+    if let Label::ClientRandom = label {
+        if value.len() != 48 {
+            return Err("master secret is not 48 bytes");
+        }
+    } else if Secret::new(value).is_none() {
+        return Err("traffic secret is not 32 or 48 bytes");
+    }
+    Ok(Parsed::Secret(label, random, secret, secret_len))
+}
+
+/// Where a line is in its file: the offset of its first byte and of the byte after it.
+type LineAt = Option<(u64, u64)>;
+
 impl KeyLog {
     pub(crate) fn new() -> Self {
         KeyLog::default()
+    }
+
+    /// A key log whose client randoms may span at most `max_span` bytes of a file and still be
+    /// read back (the tests' way to reach both ways of keeping secrets).
+    pub(crate) fn with_max_span(max_span: u32) -> Self {
+        KeyLog {
+            max_span,
+            ..KeyLog::default()
+        }
+    }
+
+    /// The client randoms named, in the order they were first named.
+    pub(crate) fn randoms(&self) -> impl Iterator<Item = &[u8; 32]> {
+        self.sessions.iter().map(|e| &e.random)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -339,10 +472,72 @@ impl KeyLog {
         self.generation
     }
 
-    /// The secrets logged for a client random, if any line named it.
+    /// Lookups whose lines, read back from their file, no longer said what they said when the
+    /// file was read (it was changed during the run); their secrets were not given.
+    pub(crate) fn stale(&self) -> u64 {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// The secrets logged for a client random, if any line named it. Those of a span are read
+    /// back from their file; a file that no longer holds them (changed, cut, unreadable)
+    /// gives only the secrets held in memory, and counts as [`Self::stale`].
     pub(crate) fn get(&self, client_random: &[u8; 32]) -> Option<SessionSecrets> {
-        let at = self.find(client_random)?;
-        self.sessions.get(at).map(Packed::unpack)
+        let entry = self.sessions.get(self.find(client_random)?)?;
+        let source = &self.sources.get(usize::from(entry.source))?.source;
+        let mut items = Vec::new();
+        if entry.span != 0 {
+            match self.read_span(entry) {
+                Some((span_items, check, labels))
+                    if check == entry.check && labels == entry.span_labels =>
+                {
+                    items = span_items;
+                }
+                _ => {
+                    self.stale.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if let Some(held) = self.held_items(entry) {
+            items.extend_from_slice(held);
+        }
+        unpack(&items, source)
+    }
+
+    fn held_items(&self, entry: &Entry) -> Option<&[u8]> {
+        let at = (entry.held as usize).checked_sub(1)?;
+        self.held.get(at).map(|b| &b[..])
+    }
+
+    /// The secrets of an entry's span read from its file: the first of each label among the
+    /// lines naming its client random, as tagged bytes, with their digest and labels.
+    /// `None` when the file cannot give the span's bytes.
+    fn read_span(&self, entry: &Entry) -> Option<(Vec<u8>, u32, u8)> {
+        let file = self.sources.get(usize::from(entry.source))?.file.as_ref()?;
+        // A span is at most the longest span; a longer one (never made) would take the heap.
+        let (mut stack, mut heap) = ([0u8; DEFAULT_MAX_SPAN as usize], Vec::new());
+        let bytes = match stack.get_mut(..entry.span as usize) {
+            Some(bytes) => bytes,
+            None => {
+                heap.resize(entry.span as usize, 0);
+                &mut heap[..]
+            }
+        };
+        read_at(file, bytes, entry.from).ok()?;
+        let (mut items, mut check, mut labels) = (Vec::with_capacity(256), 0u32, 0u8);
+        for raw in bytes.split(|&b| b == b'\n') {
+            let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+            let Ok(Parsed::Secret(label, random, secret, len)) = parse_line(line) else {
+                continue;
+            };
+            if random != entry.random || labels & label.bit() != 0 {
+                continue;
+            }
+            labels |= label.bit();
+            let secret = &secret[..len];
+            check = check.wrapping_add(digest(&self.hasher, label, secret));
+            push_tagged(&mut items, label, secret);
+        }
+        Some((items, check, labels))
     }
 
     fn find(&self, random: &[u8; 32]) -> Option<usize> {
@@ -355,10 +550,30 @@ impl KeyLog {
         Some(*at as usize)
     }
 
+    /// The position of `source` in the sources, added when new. A file to read back from is
+    /// always a source of its own; `None` past `u16::MAX` sources.
+    fn origin(&mut self, source: KeySource, file: Option<Arc<File>>) -> Option<u16> {
+        if file.is_none()
+            && let Some(at) = self
+                .sources
+                .iter()
+                .position(|o| o.file.is_none() && o.source == source)
+        {
+            return u16::try_from(at).ok();
+        }
+        let at = u16::try_from(self.sources.len()).ok()?;
+        self.sources.push(Origin { source, file });
+        Some(at)
+    }
+
     /// Adds an NSS key log's lines; returns what was read; bad lines are counted and named,
     /// never fatal.
     pub(crate) fn add_nss(&mut self, text: &[u8], source: KeySource) -> KeyLogStats {
         let mut stats = KeyLogStats::default();
+        let Some(origin) = self.origin(source, None) else {
+            stats.malformed(1, TOO_MANY_SOURCES);
+            return stats;
+        };
         // A final newline ends the last line rather than starting another.
         let body = text.strip_suffix(b"\n").unwrap_or(text);
         // memchr finds the line ends: the key log of a busy capture has tens of thousands.
@@ -367,9 +582,29 @@ impl KeyLog {
         for (index, end) in ends.enumerate() {
             let raw = &body[from..end];
             from = end + 1;
-            self.add_numbered(raw, index as u64 + 1, &source, &mut stats);
+            self.add_numbered(raw, index as u64 + 1, origin, None, &mut stats);
         }
         stats
+    }
+
+    /// Adds the NSS key log in `file`, as [`Self::add_nss_reader`] reads it. A regular file
+    /// is kept open and its secrets read back when asked for; anything else (a pipe, a
+    /// device) is held in memory.
+    pub(crate) fn add_nss_file(
+        &mut self,
+        file: File,
+        source: KeySource,
+    ) -> io::Result<KeyLogStats> {
+        if !file.metadata()?.is_file() || cfg!(not(unix)) {
+            return self.add_nss_reader(file, source);
+        }
+        let file = Arc::new(file);
+        let Some(origin) = self.origin(source, Some(file.clone())) else {
+            let mut stats = KeyLogStats::default();
+            stats.malformed(1, TOO_MANY_SOURCES);
+            return Ok(stats);
+        };
+        self.read_lines(&*file, origin, true)
     }
 
     /// Adds an NSS key log read from `reader` a block at a time, as [`Self::add_nss`] reads
@@ -378,13 +613,30 @@ impl KeyLog {
     /// A read error ends the reading; what was read before it stays.
     pub(crate) fn add_nss_reader(
         &mut self,
-        mut reader: impl Read,
+        reader: impl Read,
         source: KeySource,
+    ) -> io::Result<KeyLogStats> {
+        let Some(origin) = self.origin(source, None) else {
+            let mut stats = KeyLogStats::default();
+            stats.malformed(1, TOO_MANY_SOURCES);
+            return Ok(stats);
+        };
+        self.read_lines(reader, origin, false)
+    }
+
+    /// The lines of `reader`, a block at a time; with `spans`, each with where it is.
+    fn read_lines(
+        &mut self,
+        mut reader: impl Read,
+        origin: u16,
+        spans: bool,
     ) -> io::Result<KeyLogStats> {
         let mut stats = KeyLogStats::default();
         let mut block = vec![0u8; READ_BLOCK];
         let mut line = LineCarry::default();
         let mut line_no = 0u64;
+        // Offsets in the file: of the block read last, and of the line being read.
+        let (mut block_at, mut line_at) = (0u64, 0u64);
         let mut any = false;
         loop {
             let n = match reader.read(&mut block) {
@@ -395,18 +647,25 @@ impl KeyLog {
             };
             any = true;
             let mut rest = block.get(..n).unwrap_or_default();
+            let mut rest_at = block_at;
             while let Some(end) = memchr::memchr(b'\n', rest) {
                 line.push(&rest[..end]);
                 line_no += 1;
-                self.add_carried(&mut line, line_no, &source, &mut stats);
+                let end_at = rest_at + end as u64;
+                let at = spans.then_some((line_at, end_at));
+                self.add_carried(&mut line, line_no, origin, at, &mut stats);
                 rest = &rest[end + 1..];
+                rest_at = end_at + 1;
+                line_at = rest_at;
             }
             line.push(rest);
+            block_at += n as u64;
         }
         // What follows the last newline is a line when it is not empty; no bytes at all
         // are one empty line.
         if !line.is_empty() || !any {
-            self.add_carried(&mut line, line_no + 1, &source, &mut stats);
+            let at = spans.then_some((line_at, block_at));
+            self.add_carried(&mut line, line_no + 1, origin, at, &mut stats);
         }
         Ok(stats)
     }
@@ -415,11 +674,12 @@ impl KeyLog {
         &mut self,
         line: &mut LineCarry,
         line_no: u64,
-        source: &KeySource,
+        origin: u16,
+        at: LineAt,
         stats: &mut KeyLogStats,
     ) {
         match line.overflow {
-            None => self.add_numbered(&line.bytes, line_no, source, stats),
+            None => self.add_numbered(&line.bytes, line_no, origin, at, stats),
             Some(first) => {
                 stats.lines += 1;
                 // A blank line or a comment may be of any length.
@@ -432,97 +692,149 @@ impl KeyLog {
         line.overflow = None;
     }
 
-    /// One line (without its newline), by 1-based number.
+    /// One line (without its newline), by 1-based number, and where it is in its file when
+    /// it may be read back from there.
     fn add_numbered(
         &mut self,
         raw: &[u8],
         line_no: u64,
-        source: &KeySource,
+        origin: u16,
+        at: LineAt,
         stats: &mut KeyLogStats,
     ) {
         stats.lines += 1;
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if let Err(reason) = self.add_line(line, source, stats) {
-            stats.malformed(line_no, reason);
+        match parse_line(line) {
+            Err(reason) => stats.malformed(line_no, reason),
+            Ok(Parsed::Nothing) => {}
+            Ok(Parsed::UnknownLabel) => stats.unknown_labels += 1,
+            Ok(Parsed::Secret(label, random, secret, len)) => {
+                match self.store(random, label, &secret[..len], origin, at) {
+                    Ok(Stored::New) => {
+                        stats.secrets += 1;
+                        self.generation += 1;
+                    }
+                    Ok(Stored::Same) => stats.duplicates += 1,
+                    Ok(Stored::Conflict) => stats.conflicts += 1,
+                    Err(reason) => stats.malformed(line_no, reason),
+                }
+            }
         }
     }
 
-    fn add_line(
+    /// Stores `secret` under `label` for `random` unless the label is there already. A new
+    /// client random from a file to read back starts a span at its line; a later line joins
+    /// the span while it is in the same file and within the longest span, and is held in
+    /// memory otherwise (and from then on).
+    fn store(
         &mut self,
-        line: &[u8],
-        source: &KeySource,
-        stats: &mut KeyLogStats,
-    ) -> Result<(), &'static str> {
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() || trimmed.starts_with(b"#") {
-            return Ok(());
-        }
-        if line.len() > MAX_LINE_LEN {
-            return Err("line too long");
-        }
-        let (label, random, secret, secret_len) = match common_line(trimmed) {
-            Some(fields) => fields,
-            None => {
-                let mut fields = trimmed
-                    .split(|b| b.is_ascii_whitespace())
-                    .filter(|f| !f.is_empty());
-                let (Some(name), Some(random_hex), Some(secret_hex), None) =
-                    (fields.next(), fields.next(), fields.next(), fields.next())
-                else {
-                    return Err("expected three fields: label, client random, secret");
-                };
-                let (random, secret, secret_len) = decode_fields(random_hex, secret_hex)?;
-                let Some(label) = label(name) else {
-                    stats.unknown_labels += 1;
-                    return Ok(());
-                };
-                (label, random, secret, secret_len)
+        random: [u8; 32],
+        label: Label,
+        secret: &[u8],
+        origin: u16,
+        at: LineAt,
+    ) -> Result<Stored, &'static str> {
+        let Some(position) = self.find(&random) else {
+            let position = u32::try_from(self.sessions.len()).map_err(|_| TOO_MANY_RANDOMS)?;
+            let mut entry = Entry {
+                random,
+                from: 0,
+                span: 0,
+                check: 0,
+                held: 0,
+                source: origin,
+                labels: label.bit(),
+                span_labels: 0,
+            };
+            match at.and_then(|(from, end)| Some((from, u32::try_from(end - from).ok()?))) {
+                Some((from, span)) if span != 0 => {
+                    entry.from = from;
+                    entry.span = span;
+                    entry.check = digest(&self.hasher, label, secret);
+                    entry.span_labels = label.bit();
+                }
+                _ => self.hold(&mut entry, label, secret)?,
             }
+            let hash = self.hasher.hash_one(random);
+            let (sessions, hasher) = (&self.sessions, &self.hasher);
+            self.index.insert_unique(hash, position, |&i| {
+                sessions
+                    .get(i as usize)
+                    .map_or(0, |p| hasher.hash_one(p.random))
+            });
+            self.sessions.push(entry);
+            return Ok(Stored::New);
         };
-        let secret = &secret[..secret_len];
-        if let Label::ClientRandom = label {
-            if secret.len() != 48 {
-                return Err("master secret is not 48 bytes");
-            }
-        } else if Secret::new(secret).is_none() {
-            return Err("traffic secret is not 32 or 48 bytes");
+        let entry = self.sessions.get(position).ok_or(TOO_MANY_RANDOMS)?;
+        if entry.labels & label.bit() != 0 {
+            let old = if entry.span_labels & label.bit() != 0 {
+                self.read_span(entry).and_then(|(items, _, _)| {
+                    tagged(&items)
+                        .find(|&(tag, _)| tag == label as u8)
+                        .map(|(_, bytes)| bytes.to_vec())
+                })
+            } else {
+                self.held_items(entry).and_then(|items| {
+                    tagged(items)
+                        .find(|&(tag, _)| tag == label as u8)
+                        .map(|(_, bytes)| bytes.to_vec())
+                })
+            };
+            return Ok(if old.as_deref() == Some(secret) {
+                Stored::Same
+            } else {
+                Stored::Conflict
+            });
         }
-        let stored = self.entry(random, source)?.store(label, secret);
-        match stored {
-            Stored::New => {
-                stats.secrets += 1;
-                self.generation += 1;
+        let joins = match at {
+            Some((_, end)) if entry.span != 0 && entry.held == 0 && entry.source == origin => {
+                u32::try_from(end.saturating_sub(entry.from))
+                    .ok()
+                    .filter(|&span| span <= self.max_span)
             }
-            Stored::Same => stats.duplicates += 1,
-            Stored::Conflict => stats.conflicts += 1,
+            _ => None,
+        };
+        let check = digest(&self.hasher, label, secret);
+        let mut entry = entry.clone();
+        entry.labels |= label.bit();
+        match joins {
+            Some(span) => {
+                entry.span = span;
+                entry.check = entry.check.wrapping_add(check);
+                entry.span_labels |= label.bit();
+            }
+            None => self.hold(&mut entry, label, secret)?,
+        }
+        if let Some(slot) = self.sessions.get_mut(position) {
+            *slot = entry;
+        }
+        Ok(Stored::New)
+    }
+
+    /// Adds a secret to those the entry holds in memory.
+    fn hold(&mut self, entry: &mut Entry, label: Label, secret: &[u8]) -> Result<(), &'static str> {
+        match (entry.held as usize).checked_sub(1) {
+            Some(at) => {
+                let old = self.held.get_mut(at).ok_or(TOO_MANY_RANDOMS)?;
+                let mut items = Vec::with_capacity(old.len() + 2 + secret.len());
+                items.extend_from_slice(old);
+                push_tagged(&mut items, label, secret);
+                *old = items.into_boxed_slice();
+            }
+            None => {
+                let next = u32::try_from(self.held.len() + 1).map_err(|_| TOO_MANY_RANDOMS)?;
+                let mut items = Vec::with_capacity(2 + secret.len());
+                push_tagged(&mut items, label, secret);
+                self.held.push(items.into_boxed_slice());
+                entry.held = next;
+            }
         }
         Ok(())
     }
-
-    fn entry(&mut self, random: [u8; 32], source: &KeySource) -> Result<&mut Packed, &'static str> {
-        let at = match self.find(&random) {
-            Some(at) => at,
-            None => {
-                let at = self.sessions.len();
-                let position = u32::try_from(at).map_err(|_| "too many client randoms")?;
-                let hash = self.hasher.hash_one(random);
-                let (sessions, hasher) = (&self.sessions, &self.hasher);
-                self.index.insert_unique(hash, position, |&i| {
-                    sessions
-                        .get(i as usize)
-                        .map_or(0, |p| hasher.hash_one(p.random))
-                });
-                self.sessions.push(Packed {
-                    random,
-                    items: Box::default(),
-                    source: source.clone(),
-                });
-                at
-            }
-        };
-        self.sessions.get_mut(at).ok_or("client random not found")
-    }
 }
+
+const TOO_MANY_SOURCES: &str = "more than 65,535 key log sources";
+const TOO_MANY_RANDOMS: &str = "too many client randoms";
 
 #[cfg(test)]
 mod tests {
@@ -726,11 +1038,189 @@ mod tests {
                 assert_eq!(got, Some(want), "random {first}");
             }
         }
-        // Each secret costs its bytes and two; an entry its client random and two pointers.
-        assert!(size_of::<Packed>() <= 64);
-        let packed = log.sessions.iter().map(|p| p.items.len()).sum::<usize>();
+        // Held in memory, each secret costs its bytes and two; an entry its client random and
+        // 24 bytes.
+        assert!(size_of::<Entry>() <= 56);
+        let held = log.held.iter().map(|items| items.len()).sum::<usize>();
         let secrets = model.values().map(|s| s.len() + 2).sum::<usize>();
-        assert_eq!(packed, secrets);
+        assert_eq!(held, secrets);
+    }
+
+    /// A client random, its secrets by label's number, and the source of its first line.
+    type Named = ([u8; 32], [Option<Vec<u8>>; 7], KeySource);
+
+    /// Every client random's secrets and source, in the order they were first named.
+    fn contents(log: &KeyLog) -> Vec<Named> {
+        log.sessions
+            .iter()
+            .map(|e| {
+                let s = log
+                    .get(&e.random)
+                    .expect("a client random named has a secret");
+                let all = [
+                    s.master.map(|m| m.to_vec()),
+                    s.client_handshake.map(|x| x.as_bytes().to_vec()),
+                    s.server_handshake.map(|x| x.as_bytes().to_vec()),
+                    s.client_traffic_0.map(|x| x.as_bytes().to_vec()),
+                    s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
+                    s.client_early.map(|x| x.as_bytes().to_vec()),
+                    s.exporter.map(|x| x.as_bytes().to_vec()),
+                ];
+                (e.random, all, s.source)
+            })
+            .collect()
+    }
+
+    /// A key log of `n` lines: client randoms of a few lines each, interleaved, some far
+    /// apart; labels repeated with the same or another secret; hex in either case; carriage
+    /// returns, blank lines, comments, unknown labels, malformed and overlong lines.
+    fn messy_key_log(seed: u64, n: usize) -> String {
+        let labels = [
+            "CLIENT_RANDOM",
+            "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+            "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+            "CLIENT_TRAFFIC_SECRET_0",
+            "SERVER_TRAFFIC_SECRET_0",
+            "CLIENT_EARLY_TRAFFIC_SECRET",
+            "EXPORTER_SECRET",
+        ];
+        let mut next = below(seed);
+        let mut text = String::new();
+        for i in 0..n as u64 {
+            // Mostly one of the three connections being made (lines close together), now and
+            // then one made long before.
+            let made = if next(40) == 0 {
+                next(i / 8 + 1)
+            } else {
+                i / 8 + next(3)
+            };
+            let mut r = [0u8; 32];
+            r[..8].copy_from_slice(&made.to_le_bytes());
+            r[31] = 0x5a;
+            let label = next(labels.len() as u64) as usize;
+            let len = if label == 0 || next(2) == 0 { 48 } else { 32 };
+            let secret: Vec<u8> = (0..len).map(|_| next(2) as u8).collect();
+            let (mut random_hex, secret_hex) = (hexs(&r), hexs(&secret));
+            if next(5) == 0 {
+                random_hex = random_hex.to_uppercase();
+            }
+            let line = match next(20) {
+                0 => String::new(),
+                1 => "# a comment".to_string(),
+                2 => format!("UNKNOWN_LABEL {random_hex} {secret_hex}"),
+                3 => format!("{} {random_hex} {}", labels[label], &secret_hex[2..]),
+                4 => format!("{} {random_hex}", labels[label]),
+                5 => "x".repeat(1100),
+                6 => format!(" {}\t{random_hex}  {secret_hex} ", labels[label]),
+                _ => format!("{} {random_hex} {secret_hex}", labels[label]),
+            };
+            text.push_str(&line);
+            text.push_str(if next(6) == 0 { "\r\n" } else { "\n" });
+        }
+        text
+    }
+
+    fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Secrets read back from a file, whatever part was held in memory, are those the same
+    /// lines give held whole in memory: per file and across two files naming the same client
+    /// randoms (the first file's secrets and source win), with the same counts.
+    #[test]
+    fn a_file_read_back_gives_what_memory_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        for seed in 1..=6u64 {
+            let texts = [
+                messy_key_log(seed * 0x9e37_79b9, 1500),
+                messy_key_log(seed * 0x7f4a_7c15, 700),
+            ];
+            let paths = [
+                write_file(&dir, "a.keys", &texts[0]),
+                write_file(&dir, "b.keys", &texts[1]),
+            ];
+            let sources = [KeySource::File("a".into()), KeySource::File("b".into())];
+            let mut memory = KeyLog::new();
+            let want: Vec<KeyLogStats> = (0..2)
+                .map(|i| memory.add_nss(texts[i].as_bytes(), sources[i].clone()))
+                .collect();
+            let (mut fewer_held, mut most_held) = (usize::MAX, 0);
+            for max_span in [1, 300, 2000, DEFAULT_MAX_SPAN] {
+                let mut file = KeyLog::with_max_span(max_span);
+                for i in 0..2 {
+                    let opened = File::open(&paths[i]).unwrap();
+                    let got = file.add_nss_file(opened, sources[i].clone()).unwrap();
+                    assert_eq!(got, want[i], "seed {seed}, span {max_span}, file {i}");
+                }
+                assert_eq!(file.generation(), memory.generation());
+                assert_eq!(
+                    contents(&file),
+                    contents(&memory),
+                    "seed {seed}, {max_span}"
+                );
+                assert_eq!(file.stale(), 0);
+                // Every client random has a span (its first line is in a file); the longer the
+                // spans may be, the fewer client randoms hold a secret in memory.
+                let spans = file.sessions.iter().filter(|e| e.span != 0).count();
+                let held = file.sessions.iter().filter(|e| e.held != 0).count();
+                assert_eq!(spans, file.len());
+                let longest = file.sessions.iter().map(|e| e.span).max().unwrap_or(0);
+                assert!(
+                    longest <= max_span.max(MAX_LINE_LEN as u32 + 1),
+                    "{longest}"
+                );
+                assert!(
+                    held <= fewer_held,
+                    "seed {seed}, span {max_span}: {held} held"
+                );
+                most_held = most_held.max(held);
+                fewer_held = held;
+            }
+            assert!(fewer_held > 0, "some lines are further apart than any span");
+            assert!(fewer_held * 2 < most_held, "{fewer_held} of {most_held}");
+        }
+    }
+
+    /// A file changed after it was read never lends its new bytes: a lookup whose span reads
+    /// back otherwise gives only what memory holds, and is counted as stale.
+    #[test]
+    fn a_key_log_changed_after_reading_gives_no_secret_from_its_new_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let r2 = R1.replace('a', "b");
+        let text = format!(
+            "CLIENT_TRAFFIC_SECRET_0 {R1} {S32}\nCLIENT_TRAFFIC_SECRET_0 {r2} {S32}\n\
+             {}\nSERVER_TRAFFIC_SECRET_0 {r2} {S32}\n",
+            "#".repeat(200)
+        );
+        let path = write_file(&dir, "k.keys", &text);
+        let mut log = KeyLog::with_max_span(100);
+        let stats = log
+            .add_nss_file(File::open(&path).unwrap(), KeySource::File("k".into()))
+            .unwrap();
+        assert_eq!((stats.secrets, log.held.len()), (3, 1));
+        assert!(log.get(&random(R1)).unwrap().client_traffic_0.is_some());
+        // The same length, another secret for each client random.
+        let other = S32.replace('b', "c");
+        std::fs::write(&path, text.replace(S32, &other)).unwrap();
+        assert!(log.get(&random(R1)).is_none());
+        let second = log.get(&random(&r2)).unwrap();
+        assert!(second.client_traffic_0.is_none());
+        assert!(
+            second.server_traffic_0.is_some(),
+            "held in memory: still given"
+        );
+        assert_eq!(log.stale(), 2);
+        // Cut short, and then gone: the same.
+        std::fs::write(&path, &text[..40]).unwrap();
+        assert!(log.get(&random(R1)).is_none());
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            log.get(&random(R1)).is_none(),
+            "the open file is read, now cut short"
+        );
+        assert_eq!(log.stale(), 4);
     }
 
     /// A deterministic draw below `n` (xorshift).
@@ -797,12 +1287,7 @@ mod tests {
             "UNKNOWN_LABEL a b".to_string(),
         ];
         let mut next = below(0x0123_4567_89ab_cdef);
-        let secrets = |log: &KeyLog| {
-            log.sessions
-                .iter()
-                .map(|p| (p.random, p.items.clone(), p.source.clone()))
-                .collect::<Vec<_>>()
-        };
+        let secrets = contents;
         for case in 0..300 {
             let lines = (0..next(12)).map(|_| pieces[next(pieces.len() as u64) as usize].as_str());
             let mut text = lines.collect::<Vec<_>>().join("\n");
