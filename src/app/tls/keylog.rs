@@ -723,13 +723,14 @@ impl KeyLog {
 
     /// Adds the NSS key log in `file`, as [`Self::add_nss_reader`] reads it. A regular file
     /// is kept open and its secrets read back when asked for; anything else (a pipe, a
-    /// device) is held in memory.
+    /// device), and any file past the first [`MAX_OPEN_KEY_LOGS`], is held in memory.
     pub(crate) fn add_nss_file(
         &mut self,
         file: File,
         source: KeySource,
     ) -> io::Result<KeyLogStats> {
-        if !file.metadata()?.is_file() || cfg!(not(unix)) {
+        let open = self.sources.iter().filter(|o| o.file.is_some()).count();
+        if !file.metadata()?.is_file() || cfg!(not(unix)) || open >= MAX_OPEN_KEY_LOGS {
             return self.add_nss_reader(file, source);
         }
         let file = Arc::new(ReadBack {
@@ -969,6 +970,11 @@ impl KeyLog {
         Ok(())
     }
 }
+
+/// Key log files kept open to read back from: one file descriptor each for the whole run
+/// (a process may have as few as 1,024), so that a key log per host of a fleet, hundreds of
+/// files, still opens; the files after these are held in memory.
+pub(crate) const MAX_OPEN_KEY_LOGS: usize = 64;
 
 const TOO_MANY_SOURCES: &str = "more than 65,535 key log sources";
 const TOO_MANY_RANDOMS: &str = "too many client randoms";
@@ -1318,6 +1324,40 @@ mod tests {
             assert!(fewer_held > 0, "some lines are further apart than any span");
             assert!(fewer_held * 2 < most_held, "{fewer_held} of {most_held}");
         }
+    }
+
+    /// Past [`MAX_OPEN_KEY_LOGS`] files, a key log is held in memory, and reads alike.
+    #[test]
+    fn files_past_the_open_ones_are_held_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_file(
+            &dir,
+            "k.keys",
+            &format!("CLIENT_TRAFFIC_SECRET_0 {R1} {S32}\n"),
+        );
+        let mut log = KeyLog::new();
+        for i in 0..MAX_OPEN_KEY_LOGS + 3 {
+            let source = KeySource::File(format!("k{i}").into());
+            log.add_nss_file(File::open(&path).unwrap(), source)
+                .unwrap();
+        }
+        let open = log.sources.iter().filter(|o| o.file.is_some()).count();
+        assert_eq!(
+            (open, log.sources.len()),
+            (MAX_OPEN_KEY_LOGS, MAX_OPEN_KEY_LOGS + 3)
+        );
+        let other = R1.replace('a', "c");
+        let text = format!("CLIENT_TRAFFIC_SECRET_0 {other} {S32}\n");
+        let late = write_file(&dir, "late.keys", &text);
+        log.add_nss_file(File::open(late).unwrap(), KeySource::File("late".into()))
+            .unwrap();
+        let found = log.get(&random(&other)).unwrap();
+        assert_eq!(found.source, KeySource::File("late".into()));
+        assert!(found.client_traffic_0.is_some() && log.held.len() == 1);
+        assert_eq!(
+            log.get(&random(R1)).unwrap().source,
+            KeySource::File("k0".into())
+        );
     }
 
     /// A file changed after it was read never lends its new bytes: a lookup whose span reads
