@@ -1012,6 +1012,30 @@ mod tests {
         assert!(!decode_hex(b"abc", &mut [0u8; 2]), "odd length");
     }
 
+    /// Every label, by its number.
+    const LABELS: [&str; 7] = [
+        "CLIENT_RANDOM",
+        "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+        "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "CLIENT_TRAFFIC_SECRET_0",
+        "SERVER_TRAFFIC_SECRET_0",
+        "CLIENT_EARLY_TRAFFIC_SECRET",
+        "EXPORTER_SECRET",
+    ];
+
+    /// The secrets by their label's number.
+    fn by_label(s: SessionSecrets) -> [Option<Vec<u8>>; 7] {
+        [
+            s.master.map(|m| m.to_vec()),
+            s.client_handshake.map(|x| x.as_bytes().to_vec()),
+            s.server_handshake.map(|x| x.as_bytes().to_vec()),
+            s.client_traffic_0.map(|x| x.as_bytes().to_vec()),
+            s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
+            s.client_early.map(|x| x.as_bytes().to_vec()),
+            s.exporter.map(|x| x.as_bytes().to_vec()),
+        ]
+    }
+
     fn random(hex: &str) -> [u8; 32] {
         let mut r = [0u8; 32];
         assert!(decode_hex(hex.as_bytes(), &mut r));
@@ -1129,15 +1153,7 @@ mod tests {
     /// (client random, label) to the first secret given; and the packed size.
     #[test]
     fn interleaved_lines_keep_the_first_secret_of_each_label() {
-        let labels = [
-            "CLIENT_RANDOM",
-            "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
-            "SERVER_HANDSHAKE_TRAFFIC_SECRET",
-            "CLIENT_TRAFFIC_SECRET_0",
-            "SERVER_TRAFFIC_SECRET_0",
-            "CLIENT_EARLY_TRAFFIC_SECRET",
-            "EXPORTER_SECRET",
-        ];
+        let labels = LABELS;
         let mut next = below(0x2545_f491_4f6c_dd1d);
         let mut text = String::new();
         let mut model: HashMap<([u8; 32], usize), Vec<u8>> = HashMap::new();
@@ -1162,17 +1178,7 @@ mod tests {
         for first in 0..40u8 {
             let mut r = [0u8; 32];
             r[0] = first;
-            let got = log.get(&r).map(|s| {
-                [
-                    s.master.map(|m| m.to_vec()),
-                    s.client_handshake.map(|x| x.as_bytes().to_vec()),
-                    s.server_handshake.map(|x| x.as_bytes().to_vec()),
-                    s.client_traffic_0.map(|x| x.as_bytes().to_vec()),
-                    s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
-                    s.client_early.map(|x| x.as_bytes().to_vec()),
-                    s.exporter.map(|x| x.as_bytes().to_vec()),
-                ]
-            });
+            let got = log.get(&r).map(by_label);
             let want: [Option<Vec<u8>>; 7] =
                 std::array::from_fn(|label| model.get(&(r, label)).cloned());
             if want.iter().all(Option::is_none) {
@@ -1200,16 +1206,8 @@ mod tests {
                 let s = log
                     .get(&e.random)
                     .expect("a client random named has a secret");
-                let all = [
-                    s.master.map(|m| m.to_vec()),
-                    s.client_handshake.map(|x| x.as_bytes().to_vec()),
-                    s.server_handshake.map(|x| x.as_bytes().to_vec()),
-                    s.client_traffic_0.map(|x| x.as_bytes().to_vec()),
-                    s.server_traffic_0.map(|x| x.as_bytes().to_vec()),
-                    s.client_early.map(|x| x.as_bytes().to_vec()),
-                    s.exporter.map(|x| x.as_bytes().to_vec()),
-                ];
-                (e.random, all, s.source)
+                let source = s.source.clone();
+                (e.random, by_label(s), source)
             })
             .collect()
     }
@@ -1218,15 +1216,7 @@ mod tests {
     /// apart; labels repeated with the same or another secret; hex in either case; carriage
     /// returns, blank lines, comments, unknown labels, malformed and overlong lines.
     fn messy_key_log(seed: u64, n: usize) -> String {
-        let labels = [
-            "CLIENT_RANDOM",
-            "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
-            "SERVER_HANDSHAKE_TRAFFIC_SECRET",
-            "CLIENT_TRAFFIC_SECRET_0",
-            "SERVER_TRAFFIC_SECRET_0",
-            "CLIENT_EARLY_TRAFFIC_SECRET",
-            "EXPORTER_SECRET",
-        ];
+        let labels = LABELS;
         let mut next = below(seed);
         let mut text = String::new();
         for i in 0..n as u64 {
