@@ -452,8 +452,9 @@ fn stale_keys_warning(opts: &Options, err: &mut impl Write) -> std::io::Result<(
     if n > 0 {
         writeln!(
             err,
-            "warning: a key log file changed during the run: the secrets of {n} TLS \
-             connection(s) were no longer where it first had them, and they were not decrypted"
+            "warning: a key log file changed during the run: {n} lookup(s) of a TLS \
+             connection's secrets found other bytes where its lines had been, and those \
+             connections were not decrypted"
         )?;
     }
     Ok(())

@@ -193,8 +193,8 @@ impl TlsKeys {
         self.0.is_empty()
     }
 
-    /// Connections whose secrets, read back from a key log file, were no longer there as
-    /// first read (the file changed during the run): they were not decrypted.
+    /// Lookups of a connection's secrets that, read back from a key log file, found other
+    /// bytes than first read (the file changed during the run): those were not decrypted.
     pub fn stale(&self) -> u64 {
         self.0.stale()
     }

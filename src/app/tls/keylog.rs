@@ -905,20 +905,19 @@ impl KeyLog {
         };
         let entry = self.sessions.get(position).ok_or(TOO_MANY_RANDOMS)?;
         if entry.labels & label.bit() != 0 {
-            let old = if entry.span_labels & label.bit() != 0 {
-                self.read_span(entry).and_then(|(items, _, _)| {
-                    tagged(&items)
-                        .find(|&(tag, _)| tag == label as u8)
-                        .map(|(_, bytes)| bytes.to_vec())
-                })
+            let read;
+            let items = if entry.span_labels & label.bit() != 0 {
+                read = self.read_span(entry).map(|(items, _, _)| items);
+                read.as_deref()
             } else {
-                self.held_items(entry).and_then(|items| {
-                    tagged(items)
-                        .find(|&(tag, _)| tag == label as u8)
-                        .map(|(_, bytes)| bytes.to_vec())
-                })
+                self.held_items(entry)
             };
-            return Ok(if old.as_deref() == Some(secret) {
+            let old = items.and_then(|items| {
+                tagged(items)
+                    .find(|&(tag, _)| tag == label as u8)
+                    .map(|(_, bytes)| bytes)
+            });
+            return Ok(if old == Some(secret) {
                 Stored::Same
             } else {
                 Stored::Conflict
