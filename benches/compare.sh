@@ -2,9 +2,10 @@
 # End-to-end comparison on synthetic captures: the analyzer (-j1, -j2), `cat FILE >/dev/null`
 # (the page-cache floor) and tshark, on captures of 256 MiB, 1 GiB and 2 GiB of the
 # gen-capture workload, plus many small files. Prints a Markdown report with medians, GB/s,
-# ratios, peak RSS and PASS/FAIL per target:
+# ratios, peak RSS and PASS/FAIL per target (benches/RESULTS.md keeps each run's figures,
+# round by round):
 #
-#     benches/compare.sh | tee benches/RESULTS.md
+#     benches/compare.sh | tee /tmp/matrix.md
 #
 # Then the same traffic on other wires (TLS 1.3, TLS 1.2, HTTP/2 in cleartext and under TLS),
 # one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`), against tshark on the
