@@ -25,7 +25,7 @@
 # (default the first of SIZES),
 # HARS (event-stream body KiB per entry of the HAR rows, default "1024 4"; empty skips the
 # section), HAR_MIB (size of each HAR, default 256),
-# SMALL_FILES / SMALL_SIZE (default 200 files of 5MB), BOUNDED_SESSION_MIB (the
+# SMALL_FILES / SMALL_SIZE (default 200 files of 5MB; 0 skips them), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
 # PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
 # `tshark`).
@@ -223,28 +223,31 @@ echo
 echo "tshark: \`tshark -r FILE -Y '$TSHARK_FILTER' -T fields -e frame.number\`, $tshark_note."
 echo
 
-# Many small files: one process over all of them, -j1 against -j2.
-small_dir="$OUT/small-$SMALL_SIZE"
-mkdir -p "$small_dir"
-small=()
-for ((k = 1; k <= SMALL_FILES; k++)); do
-    f="$small_dir/s$k.$FORMAT"
-    capture "$SMALL_SIZE" "$((1000 + k))" "$f"
-    small+=("$f")
-done
-cat "${small[@]}" >/dev/null
-small_bytes=$(cat "${small[@]}" | wc -c)
-read -r sw1 sr1 sc1 < <(median_of "$BIN" -q -j1 "${small[@]}")
-read -r sw2 sr2 sc2 < <(median_of "$BIN" -q -j2 "${small[@]}")
-echo "## Many small files ($SMALL_FILES files of $SMALL_SIZE, $small_bytes bytes, one process)"
-echo
-echo "| threads | s | GB/s | CPU s | RSS MiB |"
-echo "|---|---|---|---|---|"
-echo "| -j1 | $sw1 | $(gbps "$small_bytes" "$sw1") | $sc1 | $((sr1 / 1024)) |"
-echo "| -j2 | $sw2 | $(gbps "$small_bytes" "$sw2") | $sc2 | $((sr2 / 1024)) |"
-echo
-echo "Speed-up -j1 → -j2: $(calc "$sw1 / $sw2")×"
-echo
+# Many small files: one process over all of them, -j1 against -j2 (none: the section and its
+# target are skipped).
+if ((SMALL_FILES > 0)); then
+    small_dir="$OUT/small-$SMALL_SIZE"
+    mkdir -p "$small_dir"
+    small=()
+    for ((k = 1; k <= SMALL_FILES; k++)); do
+        f="$small_dir/s$k.$FORMAT"
+        capture "$SMALL_SIZE" "$((1000 + k))" "$f"
+        small+=("$f")
+    done
+    cat "${small[@]}" >/dev/null
+    small_bytes=$(cat "${small[@]}" | wc -c)
+    read -r sw1 sr1 sc1 < <(median_of "$BIN" -q -j1 "${small[@]}")
+    read -r sw2 sr2 sc2 < <(median_of "$BIN" -q -j2 "${small[@]}")
+    echo "## Many small files ($SMALL_FILES files of $SMALL_SIZE, $small_bytes bytes, one process)"
+    echo
+    echo "| threads | s | GB/s | CPU s | RSS MiB |"
+    echo "|---|---|---|---|---|"
+    echo "| -j1 | $sw1 | $(gbps "$small_bytes" "$sw1") | $sc1 | $((sr1 / 1024)) |"
+    echo "| -j2 | $sw2 | $(gbps "$small_bytes" "$sw2") | $sc2 | $((sr2 / 1024)) |"
+    echo
+    echo "Speed-up -j1 → -j2: $(calc "$sw1 / $sw2")×"
+    echo
+fi
 
 # Targets.
 mid=$((${#files[@]} / 2))
@@ -285,7 +288,9 @@ walls=""
 for i in "${!files[@]}"; do walls+="${sizes[$i]}: $(calc "${W1[$i]} / ${BYTES[$i]} * 1e9") ns/B; "; done
 echo "| time linear in size (-j1 wall per byte, largest within 20% of smallest) | ${walls% } | $(verdict "$perN <= 1.2 * $per0") |"
 echo "| close to 2× from -j1 to -j2 (${sizes[$mid]}, ≥ 1.8×) | $(calc "${W1[$mid]} / ${W2[$mid]}")× | $(verdict "${W1[$mid]} >= 1.8 * ${W2[$mid]}") |"
-echo "| close to 2× from -j1 to -j2 ($SMALL_FILES small files, ≥ 1.8×) | $(calc "$sw1 / $sw2")× | $(verdict "$sw1 >= 1.8 * $sw2") |"
+if ((SMALL_FILES > 0)); then
+    echo "| close to 2× from -j1 to -j2 ($SMALL_FILES small files, ≥ 1.8×) | $(calc "$sw1 / $sw2")× | $(verdict "$sw1 >= 1.8 * $sw2") |"
+fi
 
 # The same traffic on other wires.
 if [[ -n $WIRES ]]; then
