@@ -27,8 +27,9 @@
 # section), HAR_MIB (size of each HAR, default 256),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB; 0 skips them), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
-# PRIORITY=0 to measure at normal priority. Needs /usr/bin/time (package `time`) and tshark (package
-# `tshark`).
+# PRIORITY=0 to measure at normal priority, BIN (the analyzer's binary, default the release
+# build; e.g. the profile-guided build of benches/pgo.sh). Needs /usr/bin/time (package
+# `time`) and tshark (package `tshark`).
 #
 # On a machine shared with other work, wall times measure the other work as much as this
 # one; so by default (as root) every measured command runs in a session of its own whose
@@ -65,7 +66,7 @@ BOUNDED_SESSION_MIB=${BOUNDED_SESSION_MIB:-4}
 mkdir -p "$OUT"
 
 cargo build --release --quiet --bin mcp-resume-audit --example gen-capture
-BIN=target/release/mcp-resume-audit
+BIN=${BIN:-target/release/mcp-resume-audit}
 GEN=target/release/examples/gen-capture
 TIMEFILE=$(mktemp)
 WALLFILE=$(mktemp)
@@ -168,7 +169,7 @@ echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "- machine: $(nproc) CPUs, ${model}, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r)"
 echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: wall times include waiting for a CPU; the CPU column does not)"
-echo "- analyzer: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)'), release build; workload: \`gen-capture --format $FORMAT --seed $SEED\`"
+echo "- analyzer: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)'), \`$BIN\`; workload: \`gen-capture --format $FORMAT --seed $SEED\`"
 echo "- each figure: median of $RUNS runs (peak RSS: the largest), page-cached (its files read just before each run); priority boost: $([[ $PRIORITY == 1 ]] && echo 'on (autogroup nice -20)' || echo off)"
 echo
 
