@@ -2,9 +2,9 @@
 # A profile-guided build of the analyzer: an instrumented build reads a training set (captures
 # of every gen-capture mix and wire, two HARs, and the committed fixtures), LLVM merges the
 # counts it wrote, and the release build is made again with them, so that the compiler lays
-# out and inlines the code for the paths real work takes. The binary it prints reads 10–14%
-# less CPU time per capture with -j1 on this project's benchmarks (benches/RESULTS.md, round
-# (42)), and writes the same reports:
+# out and inlines the code for the paths real work takes. The binary it prints takes 7–19%
+# less CPU time per capture than the plain release build on all but one row of the benchmark
+# matrix (benches/RESULTS.md, round (42)), and writes the same reports:
 #
 #     benches/pgo.sh                      # prints target/pgo/use/release/mcp-resume-audit
 #     BIN=target/pgo/use/release/mcp-resume-audit benches/compare.sh
@@ -28,7 +28,8 @@ sysroot=$(rustc --print sysroot)
 host=$(rustc -vV | sed -n 's/^host: //p')
 PROFDATA=$sysroot/lib/rustlib/$host/bin/llvm-profdata
 if [[ ! -x $PROFDATA ]] && command -v rustup >/dev/null 2>&1; then
-    rustup component add llvm-tools >&2
+    # Older toolchains name it llvm-tools-preview.
+    rustup component add llvm-tools >&2 || rustup component add llvm-tools-preview >&2 || true
 fi
 if [[ ! -x $PROFDATA ]]; then
     echo "pgo.sh: $PROFDATA not found: it comes with rustc (rustup component add llvm-tools)" >&2
@@ -41,7 +42,7 @@ rm -rf "$OUT/profraw"
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$OUT/profraw" \
     cargo build --release --quiet --bin mcp-resume-audit --target-dir "$OUT/gen"
 cargo build --release --quiet --example gen-capture
-GEN=target/release/examples/gen-capture
+GEN=${CARGO_TARGET_DIR:-target}/release/examples/gen-capture
 
 # The training set: made again only when missing or made by another generator or size.
 TRAIN=$OUT/train
