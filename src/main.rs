@@ -39,24 +39,23 @@ static GLOBAL: Mimalloc = Mimalloc;
 /// storm, where a resume makes some twenty allocations).
 struct Mimalloc;
 
-/// The alignment of every mimalloc block of at least this size (`MI_MAX_ALIGN_SIZE`, which is
-/// `alignof(max_align_t)`: its size classes are whole multiples of two words from 16 bytes
-/// on), and under which a smaller block is aligned to a word.
+/// The alignment of every mimalloc block of at least this many bytes (`MI_MAX_ALIGN_SIZE`,
+/// `alignof(max_align_t)`); smaller blocks are word-aligned.
 const BLOCK_ALIGN: usize = 16;
 
-/// Whether a block of `size` bytes from the plain entry points is aligned to `align`: its
-/// alignment is 16 from 16 bytes on, and at least `size` rounded down to a power of two below
-/// that (8 for 8 to 15 bytes, and every block is word-aligned).
+/// Whether every block the plain entry points give for `size` bytes is aligned to `align`:
+/// blocks of 16 bytes or more are 16-aligned, smaller ones 8-aligned, and an alignment no
+/// larger than a size under 16 is at most 8.
 fn plain(size: usize, align: usize) -> bool {
     align <= BLOCK_ALIGN && align <= size
 }
 
-// SAFETY: every block comes from mimalloc and goes back to it (`mi_free` takes blocks of
-// either family); a block is asked of the plain entry points only when `plain` holds, that is
-// when mimalloc gives that alignment to every block of the size, as its own aligned entry
-// point assumes when it takes a block from the plain free lists; otherwise the `_aligned`
-// entry points are asked for the layout's alignment. Sizes and pointers are passed through
-// unchanged, as `GlobalAlloc` hands them over.
+// SAFETY: every block comes from mimalloc and goes back to it (`mi_free` frees blocks of
+// either family). The plain entry points are asked only when `plain` holds: mimalloc's size
+// classes are multiples of two words from 16 bytes on, so that every block of 16 bytes or more
+// is 16-aligned (its allocation path asserts as much) and every smaller one word-aligned; the
+// first test below checks it at every size up to 300 bytes. Otherwise the `_aligned` entry
+// points are asked for the layout's alignment. Sizes and pointers pass through unchanged.
 unsafe impl std::alloc::GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
