@@ -506,7 +506,7 @@ impl XStream {
                 .map(|d| (d.text.clone(), m(d.first), m(d.again)))
                 .collect(),
             gaps: s.gaps,
-            endpoint_session: s.endpoint_session.clone(),
+            endpoint_session: s.endpoint_session.as_deref().map(String::from),
             facts_dropped: s.facts_dropped,
         }
     }
@@ -595,7 +595,7 @@ impl XStream {
                 })
                 .collect(),
             gaps: self.gaps,
-            endpoint_session: self.endpoint_session,
+            endpoint_session: self.endpoint_session.map(String::into_boxed_str),
             facts_dropped: self.facts_dropped,
         })
     }
