@@ -8,15 +8,15 @@
 //! Output: HTTP exchanges through [`crate::record::HttpSink`], and, when the connection is
 //! over, [`Coverage`]: what it was read as, or why it was not read.
 //! Invariants:
-//! - [`AppStack`] is a closed enum: the hot path dispatches statically. TLS holds a child
-//!   stack for its plaintext (HTTP/1.1 or HTTP/2, detected again from the first plaintext
-//!   bytes), fed through the same contract.
+//! - [`AppStack`] is a closed enum of parsers, the hot path dispatching statically, under an
+//!   optional TLS layer whose plaintext it reads (HTTP/1.1 or HTTP/2, detected again from the
+//!   first plaintext bytes), fed through the same contract.
 //! - What a connection speaks is decided in one place ([`detect`]), from the first bytes of
 //!   the direction that speaks first; until then every call is held (a few bytes, bounded by
 //!   [`detect::MAX_DETECT_BYTES`] in the deciding direction) and replayed in order to the
 //!   parser chosen, so the outcome never depends on how the bytes were cut.
-//! - A connection that cannot be read ends in [`AppStack::Unreadable`] with its reason; the
-//!   caller stops feeding it.
+//! - A connection that cannot be read ends unreadable, with its reason
+//!   ([`AppStack::is_done`]); the caller stops feeding it.
 //!
 //! Parts: [`detect`] (protocol detection), [`http1`] (HTTP/1.1 exchanges), [`h2`] (HTTP/2
 //! streams as the same exchanges: framing, HPACK, recovery after lost bytes), [`tls`] (TLS
@@ -122,16 +122,10 @@ pub(crate) struct Detector {
 /// Bytes of the silent direction held while the speaking one has not said enough.
 const MAX_HELD_BYTES: usize = 64 << 10;
 
-/// A TLS connection and the stack that reads its plaintext.
-pub(crate) struct TlsStack {
-    tls: TlsConnection,
-    child: AppStack,
-}
-
 /// Hands the TLS layer's plaintext to the child stack, with the HTTP sink of the connection.
 struct ChildSink<'a, 'c, S> {
     ctx: AppCtx<'c>,
-    child: &'a mut AppStack,
+    child: &'a mut Layer,
     sink: &'a mut S,
 }
 
@@ -147,17 +141,31 @@ impl<S: HttpSink> StreamSink for ChildSink<'_, '_, S> {
     }
 }
 
-/// The application stack of one connection.
+/// The application stack of one connection: the parser of what it speaks, under TLS when it
+/// speaks TLS.
 // The stack lives inside a boxed connection: its size costs nothing per packet, and boxing the
-// HTTP/1 parser would cost an indirection on every call of the hot path. The HTTP/2 one is
-// boxed all the same: twice the HTTP/1 one's size, inline it made every open connection
-// (thousands at once, mostly HTTP/1) pay for it.
+// HTTP/1 parser would cost an indirection on every call of the hot path. The TLS layer is
+// boxed beside the parser rather than around it: a box holding both (1,184 bytes, the
+// allocator's 1,280-byte class) left the connection's own room for a parser unused, where the
+// TLS layer alone takes the 768-byte class.
+pub(crate) struct AppStack {
+    tls: Option<Box<TlsConnection>>,
+    /// The plaintext's parser under TLS.
+    layer: Layer,
+}
+
+/// A parser of the stack, or what is known before one is chosen. The HTTP/2 one is boxed:
+/// twice the HTTP/1 one's size, inline it made every open connection (thousands at once,
+/// mostly HTTP/1) pay for it.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum AppStack {
+enum Layer {
     Detecting(Detector),
     Http1(HttpConnection),
     Http2(Box<Http2Connection>),
-    Tls(Box<TlsStack>),
+    /// The first bytes were TLS: the calls held and the ones that follow, until the stack
+    /// puts a TLS layer above a new detector and replays them (never left in place once the
+    /// call that decided returns).
+    TlsFound(Vec<Held>),
     /// Not read, and why; with the direction that spoke first, when known.
     Unreadable(Unread, Option<Direction>),
 }
@@ -166,18 +174,10 @@ impl AppStack {
     /// `from_start`: the capture saw the connection's SYN, so each direction's first byte is
     /// the first byte the peer sent.
     pub fn new(from_start: bool) -> Self {
-        Self::detecting(from_start, false)
-    }
-
-    fn detecting(from_start: bool, inside_tls: bool) -> Self {
-        AppStack::Detecting(Detector {
-            from_start,
-            inside_tls,
-            speaker: None,
-            first: Vec::new(),
-            held: Vec::new(),
-            other_bytes: 0,
-        })
+        AppStack {
+            tls: None,
+            layer: Layer::detecting(from_start, false),
+        }
     }
 
     pub fn data<S: HttpSink>(
@@ -188,8 +188,207 @@ impl AppStack {
         mark: Mark,
         sink: &mut S,
     ) {
+        match &mut self.tls {
+            Some(tls) => {
+                let child = &mut self.layer;
+                tls.data(
+                    ctx.keys,
+                    dir,
+                    bytes,
+                    mark,
+                    &mut ChildSink { ctx, child, sink },
+                );
+            }
+            None => {
+                self.layer.data(ctx, dir, bytes, mark, sink);
+                if matches!(self.layer, Layer::TlsFound(_)) {
+                    self.begin_tls(ctx, sink);
+                }
+            }
+        }
+    }
+
+    /// The connection speaks TLS: its layer goes above a detector of the plaintext, and what
+    /// was held goes through it in order.
+    #[cold]
+    fn begin_tls<S: HttpSink>(&mut self, ctx: AppCtx<'_>, sink: &mut S) {
+        let Layer::TlsFound(held) = &mut self.layer else {
+            return;
+        };
+        let held = std::mem::take(held);
+        self.tls = Some(Box::new(TlsConnection::new(ctx.limits)));
+        self.layer = Layer::detecting(true, true);
+        for h in held {
+            match h {
+                Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
+                Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
+                Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
+                // Said of plaintext HTTP/1 only ([`AppStack::ahead_of_peer`]).
+                Held::AheadOfPeer(..) | Held::AfterPeer(_) | Held::BeforePeer(..) => {}
+            }
+        }
+    }
+
+    /// The next bytes of `dir` come ahead of bytes of the other direction the capture has not
+    /// shown ([`crate::record::StreamSink::ahead_of_peer`]). Over HTTP/1 an answer may then
+    /// follow a request the capture lacks, and is paired with no request it may not answer.
+    /// HTTP/2 pairs by stream id. Under TLS the plaintext given next may come from a record
+    /// begun in earlier segments, sent before those bytes, so it is not passed on: only
+    /// plaintext HTTP/1 takes it.
+    pub fn ahead_of_peer(&mut self, dir: Direction, mark: Mark, unseen: u64) {
+        if self.tls.is_none() {
+            self.layer.held(Held::AheadOfPeer(dir, mark, unseen));
+        }
+    }
+
+    /// The next bytes of `dir` were sent after every byte of the other direction given so
+    /// far ([`crate::record::StreamSink::after_peer`]): over HTTP/1 an answer there may answer
+    /// any request given before, whatever its frame. Plaintext HTTP/1 only, as for
+    /// [`AppStack::ahead_of_peer`].
+    pub fn after_peer(&mut self, dir: Direction) {
+        if self.tls.is_none() {
+            self.layer.held(Held::AfterPeer(dir));
+        }
+    }
+
+    /// The next bytes of `dir` were sent before the other direction's last `unacked` bytes
+    /// arrived ([`crate::record::StreamSink::before_peer`]): over HTTP/1 an answer there
+    /// answers no request starting in them. Plaintext HTTP/1 only, as for
+    /// [`AppStack::ahead_of_peer`].
+    pub fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
+        if self.tls.is_none() {
+            self.layer.held(Held::BeforePeer(dir, mark, unacked));
+        }
+    }
+
+    pub fn gap<S: HttpSink>(
+        &mut self,
+        ctx: AppCtx<'_>,
+        dir: Direction,
+        len: u64,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        match &mut self.tls {
+            Some(tls) => {
+                let child = &mut self.layer;
+                tls.gap(
+                    ctx.keys,
+                    dir,
+                    len,
+                    mark,
+                    &mut ChildSink { ctx, child, sink },
+                );
+            }
+            None => self.layer.gap(ctx, dir, len, mark, sink),
+        }
+    }
+
+    pub fn end<S: HttpSink>(
+        &mut self,
+        ctx: AppCtx<'_>,
+        dir: Direction,
+        how: StreamEnd,
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        match &mut self.tls {
+            Some(tls) => {
+                let child = &mut self.layer;
+                tls.end(dir, how, mark, &mut ChildSink { ctx, child, sink });
+            }
+            None => self.layer.end(ctx, dir, how, mark, sink),
+        }
+    }
+
+    /// The direction that carries requests, once known.
+    pub fn client_direction(&self) -> Option<Direction> {
+        match &self.tls {
+            Some(t) => t.facts().client.or_else(|| self.layer.client_direction()),
+            None => self.layer.client_direction(),
+        }
+    }
+
+    /// The TLS facts, when the connection is TLS.
+    pub fn tls(&self) -> Option<&TlsFacts> {
+        self.tls.as_deref().map(TlsConnection::facts)
+    }
+
+    /// What this connection's layers could not read inside the bytes they had, by kind: the
+    /// blind spots within a read connection, for the summary's anomalies.
+    pub fn losses(&self) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        if let Some(t) = &self.tls {
+            let f = t.facts();
+            out.push(("tls_records_lost", f.records_lost));
+            out.push(("tls_resynchronized", f.resyncs));
+            out.push(("tls_resync_failed", f.resync_failures));
+            out.push(("tls_auth_failures", f.auth_failures));
+        }
+        if let Layer::Http2(h) = &self.layer {
+            let s = h.stats();
+            out.push(("h2_headers_unreadable", s.headers_unreadable));
+            out.push(("h2_resynchronized", s.resyncs));
+            out.push(("h2_push_promises", s.push_promises));
+            out.push(("h2_protocol_errors", s.protocol_errors));
+            out.push(("h2_streams_evicted", s.streams_evicted));
+        }
+        out.retain(|(_, n)| *n > 0);
+        out
+    }
+
+    /// Nothing more will be read from this connection: the caller may drop it.
+    pub fn is_done(&self) -> bool {
+        match &self.tls {
+            Some(t) => t.facts().status.is_final_failure() || self.layer.is_done(),
+            None => self.layer.is_done(),
+        }
+    }
+
+    /// What the connection was read as, or why not; `saw_exchange` tells whether any HTTP
+    /// message was parsed on it.
+    pub fn coverage(&self, saw_exchange: bool) -> Coverage {
+        let Some(t) = &self.tls else {
+            return self.layer.coverage(saw_exchange);
+        };
+        let f = t.facts();
+        match &f.status {
+            _ if f.records_decrypted > 0 => match self.layer.coverage(saw_exchange) {
+                Coverage::Read("h2") => Coverage::Read("tls/h2"),
+                Coverage::Read(_) | Coverage::Empty => Coverage::Read("tls/http1"),
+                other => other,
+            },
+            TlsStatus::Unsupported(_) => Coverage::Unread(Unread::TlsUnsupported),
+            TlsStatus::KeysWrong => Coverage::Unread(Unread::TlsKeysWrong),
+            TlsStatus::HandshakeNotCaptured => Coverage::Unread(Unread::TlsHandshakeMissing),
+            TlsStatus::NotTls => Coverage::Unread(Unread::NotHttp),
+            _ => Coverage::Unread(Unread::TlsNoKeys),
+        }
+    }
+}
+
+impl Layer {
+    fn detecting(from_start: bool, inside_tls: bool) -> Self {
+        Layer::Detecting(Detector {
+            from_start,
+            inside_tls,
+            speaker: None,
+            first: Vec::new(),
+            held: Vec::new(),
+            other_bytes: 0,
+        })
+    }
+
+    fn data<S: HttpSink>(
+        &mut self,
+        ctx: AppCtx<'_>,
+        dir: Direction,
+        bytes: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) {
         match self {
-            AppStack::Http1(h) => {
+            Layer::Http1(h) => {
                 let used = h.data(dir, bytes, mark, sink);
                 if let Some(exchange) = h.switched_to_h2c() {
                     self.switch_to_h2c(
@@ -202,19 +401,10 @@ impl AppStack {
                     );
                 }
             }
-            AppStack::Http2(h) => h.data(dir, bytes, mark, sink),
-            AppStack::Tls(t) => {
-                let TlsStack { tls, child } = &mut **t;
-                tls.data(
-                    ctx.keys,
-                    dir,
-                    bytes,
-                    mark,
-                    &mut ChildSink { ctx, child, sink },
-                );
-            }
-            AppStack::Unreadable(..) => {}
-            AppStack::Detecting(d) => {
+            Layer::Http2(h) => h.data(dir, bytes, mark, sink),
+            Layer::TlsFound(held) => held.push(Held::Data(dir, bytes.to_vec(), mark)),
+            Layer::Unreadable(..) => {}
+            Layer::Detecting(d) => {
                 if bytes.is_empty() {
                     return;
                 }
@@ -276,14 +466,14 @@ impl AppStack {
         mark: Mark,
         sink: &mut S,
     ) {
-        let AppStack::Http1(h) = self else {
+        let Layer::Http1(h) = self else {
             return;
         };
         let Some(client) = h.client_direction() else {
-            *self = AppStack::Unreadable(Unread::NotHttp, None);
+            *self = Layer::Unreadable(Unread::NotHttp, None);
             return;
         };
-        *self = AppStack::Http2(Box::new(Http2Connection::upgraded(
+        *self = Layer::Http2(Box::new(Http2Connection::upgraded(
             ctx.limits, client, exchange,
         )));
         if !rest.is_empty() {
@@ -291,45 +481,24 @@ impl AppStack {
         }
     }
 
-    /// The next bytes of `dir` come ahead of bytes of the other direction the capture has not
-    /// shown ([`crate::record::StreamSink::ahead_of_peer`]). Over HTTP/1 an answer may then
-    /// follow a request the capture lacks, and is paired with no request it may not answer.
-    /// HTTP/2 pairs by stream id. Under TLS the plaintext given next may come from a record
-    /// begun in earlier segments, sent before those bytes, so it is not passed on: only
-    /// plaintext HTTP/1 takes it.
-    pub fn ahead_of_peer(&mut self, dir: Direction, mark: Mark, unseen: u64) {
-        match self {
-            AppStack::Http1(h) => h.ahead_of_peer(dir, mark, unseen),
-            AppStack::Detecting(d) => d.held.push(Held::AheadOfPeer(dir, mark, unseen)),
+    /// A call said of the bytes that follow ([`AppStack::ahead_of_peer`] and the like): taken
+    /// by the HTTP/1 parser, held with the bytes while the protocol is not known, ignored by
+    /// the others.
+    fn held(&mut self, h: Held) {
+        match (self, h) {
+            (Layer::Http1(c), Held::AheadOfPeer(dir, mark, unseen)) => {
+                c.ahead_of_peer(dir, mark, unseen)
+            }
+            (Layer::Http1(c), Held::AfterPeer(dir)) => c.after_peer(dir),
+            (Layer::Http1(c), Held::BeforePeer(dir, mark, unacked)) => {
+                c.before_peer(dir, mark, unacked)
+            }
+            (Layer::Detecting(Detector { held, .. }) | Layer::TlsFound(held), h) => held.push(h),
             _ => {}
         }
     }
 
-    /// The next bytes of `dir` were sent after every byte of the other direction given so
-    /// far ([`crate::record::StreamSink::after_peer`]): over HTTP/1 an answer there may answer
-    /// any request given before, whatever its frame. Plaintext HTTP/1 only, as for
-    /// [`AppStack::ahead_of_peer`].
-    pub fn after_peer(&mut self, dir: Direction) {
-        match self {
-            AppStack::Http1(h) => h.after_peer(dir),
-            AppStack::Detecting(d) => d.held.push(Held::AfterPeer(dir)),
-            _ => {}
-        }
-    }
-
-    /// The next bytes of `dir` were sent before the other direction's last `unacked` bytes
-    /// arrived ([`crate::record::StreamSink::before_peer`]): over HTTP/1 an answer there
-    /// answers no request starting in them. Plaintext HTTP/1 only, as for
-    /// [`AppStack::ahead_of_peer`].
-    pub fn before_peer(&mut self, dir: Direction, mark: Mark, unacked: u64) {
-        match self {
-            AppStack::Http1(h) => h.before_peer(dir, mark, unacked),
-            AppStack::Detecting(d) => d.held.push(Held::BeforePeer(dir, mark, unacked)),
-            _ => {}
-        }
-    }
-
-    pub fn gap<S: HttpSink>(
+    fn gap<S: HttpSink>(
         &mut self,
         ctx: AppCtx<'_>,
         dir: Direction,
@@ -338,20 +507,11 @@ impl AppStack {
         sink: &mut S,
     ) {
         match self {
-            AppStack::Http1(h) => h.gap(dir, len, mark, sink),
-            AppStack::Http2(h) => h.gap(dir, len, mark, sink),
-            AppStack::Tls(t) => {
-                let TlsStack { tls, child } = &mut **t;
-                tls.gap(
-                    ctx.keys,
-                    dir,
-                    len,
-                    mark,
-                    &mut ChildSink { ctx, child, sink },
-                );
-            }
-            AppStack::Unreadable(..) => {}
-            AppStack::Detecting(d) => {
+            Layer::Http1(h) => h.gap(dir, len, mark, sink),
+            Layer::Http2(h) => h.gap(dir, len, mark, sink),
+            Layer::TlsFound(held) => held.push(Held::Gap(dir, len, mark)),
+            Layer::Unreadable(..) => {}
+            Layer::Detecting(d) => {
                 d.held.push(Held::Gap(dir, len, mark));
                 // Missing bytes before the decision: the HTTP/1.1 parser resynchronizes.
                 if d.speaker.is_none_or(|s| s == dir) {
@@ -361,7 +521,7 @@ impl AppStack {
         }
     }
 
-    pub fn end<S: HttpSink>(
+    fn end<S: HttpSink>(
         &mut self,
         ctx: AppCtx<'_>,
         dir: Direction,
@@ -370,14 +530,11 @@ impl AppStack {
         sink: &mut S,
     ) {
         match self {
-            AppStack::Http1(h) => h.end(dir, how, mark, sink),
-            AppStack::Http2(h) => h.end(dir, how, mark, sink),
-            AppStack::Tls(t) => {
-                let TlsStack { tls, child } = &mut **t;
-                tls.end(dir, how, mark, &mut ChildSink { ctx, child, sink });
-            }
-            AppStack::Unreadable(..) => {}
-            AppStack::Detecting(d) => {
+            Layer::Http1(h) => h.end(dir, how, mark, sink),
+            Layer::Http2(h) => h.end(dir, how, mark, sink),
+            Layer::TlsFound(held) => held.push(Held::End(dir, how, mark)),
+            Layer::Unreadable(..) => {}
+            Layer::Detecting(d) => {
                 d.held.push(Held::End(dir, how, mark));
                 if d.speaker.is_none_or(|s| s == dir) {
                     self.decide(ctx, Protocol::Http1, sink);
@@ -388,120 +545,69 @@ impl AppStack {
 
     /// Hands the connection to the parser of `protocol` and replays what was held.
     fn decide<S: HttpSink>(&mut self, ctx: AppCtx<'_>, protocol: Protocol, sink: &mut S) {
-        let AppStack::Detecting(d) = self else {
+        let Layer::Detecting(d) = self else {
             return;
         };
         let held = std::mem::take(&mut d.held);
         let speaker = d.speaker;
         *self = match protocol {
-            Protocol::Http1 => AppStack::Http1(HttpConnection::new(ctx.limits, d.from_start)),
-            Protocol::Http2 => AppStack::Http2(Box::new(Http2Connection::new(ctx.limits))),
-            Protocol::Tls if d.inside_tls => AppStack::Unreadable(Unread::NotHttp, speaker),
-            Protocol::Tls => AppStack::Tls(Box::new(TlsStack {
-                tls: TlsConnection::new(ctx.limits),
-                child: AppStack::detecting(true, true),
-            })),
+            Protocol::Http1 => Layer::Http1(HttpConnection::new(ctx.limits, d.from_start)),
+            Protocol::Http2 => Layer::Http2(Box::new(Http2Connection::new(ctx.limits))),
+            Protocol::Tls if d.inside_tls => Layer::Unreadable(Unread::NotHttp, speaker),
+            // The stack puts the TLS layer above a new detector, and replays what was held.
+            Protocol::Tls => {
+                *self = Layer::TlsFound(held);
+                return;
+            }
         };
         for h in held {
             match h {
                 Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
                 Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
                 Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
-                Held::AheadOfPeer(dir, mark, unseen) => self.ahead_of_peer(dir, mark, unseen),
-                Held::AfterPeer(dir) => self.after_peer(dir),
-                Held::BeforePeer(dir, mark, unacked) => self.before_peer(dir, mark, unacked),
+                h @ (Held::AheadOfPeer(..) | Held::AfterPeer(_) | Held::BeforePeer(..)) => {
+                    self.held(h)
+                }
             }
         }
     }
 
     /// The direction that carries requests, once known.
-    pub fn client_direction(&self) -> Option<Direction> {
+    fn client_direction(&self) -> Option<Direction> {
         match self {
-            AppStack::Http1(h) => h.client_direction(),
-            AppStack::Http2(h) => h.client_direction(),
-            AppStack::Tls(t) => t.tls.facts().client.or_else(|| t.child.client_direction()),
-            AppStack::Unreadable(_, speaker) => *speaker,
-            AppStack::Detecting(_) => None,
+            Layer::Http1(h) => h.client_direction(),
+            Layer::Http2(h) => h.client_direction(),
+            Layer::Unreadable(_, speaker) => *speaker,
+            Layer::Detecting(_) | Layer::TlsFound(_) => None,
         }
-    }
-
-    /// The TLS facts, when the connection is TLS.
-    pub fn tls(&self) -> Option<&TlsFacts> {
-        match self {
-            AppStack::Tls(t) => Some(t.tls.facts()),
-            _ => None,
-        }
-    }
-
-    /// What this connection's layers could not read inside the bytes they had, by kind: the
-    /// blind spots within a read connection, for the summary's anomalies.
-    pub fn losses(&self) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        match self {
-            AppStack::Http2(h) => {
-                let s = h.stats();
-                out.push(("h2_headers_unreadable", s.headers_unreadable));
-                out.push(("h2_resynchronized", s.resyncs));
-                out.push(("h2_push_promises", s.push_promises));
-                out.push(("h2_protocol_errors", s.protocol_errors));
-                out.push(("h2_streams_evicted", s.streams_evicted));
-            }
-            AppStack::Tls(t) => {
-                let f = t.tls.facts();
-                out.push(("tls_records_lost", f.records_lost));
-                out.push(("tls_resynchronized", f.resyncs));
-                out.push(("tls_resync_failed", f.resync_failures));
-                out.push(("tls_auth_failures", f.auth_failures));
-                out.extend(t.child.losses());
-            }
-            _ => {}
-        }
-        out.retain(|(_, n)| *n > 0);
-        out
     }
 
     /// Nothing more will be read from this connection: the caller may drop it.
-    pub fn is_done(&self) -> bool {
+    fn is_done(&self) -> bool {
         match self {
-            AppStack::Http1(h) => h.is_abandoned() && h.switched_to_h2c().is_none(),
-            AppStack::Http2(h) => h.is_abandoned(),
-            AppStack::Tls(t) => t.tls.facts().status.is_final_failure() || t.child.is_done(),
-            AppStack::Unreadable(..) => true,
-            AppStack::Detecting(_) => false,
+            Layer::Http1(h) => h.is_abandoned() && h.switched_to_h2c().is_none(),
+            Layer::Http2(h) => h.is_abandoned(),
+            Layer::Unreadable(..) => true,
+            Layer::Detecting(_) | Layer::TlsFound(_) => false,
         }
     }
 
     /// What the connection was read as, or why not; `saw_exchange` tells whether any HTTP
     /// message was parsed on it.
-    pub fn coverage(&self, saw_exchange: bool) -> Coverage {
+    fn coverage(&self, saw_exchange: bool) -> Coverage {
         match self {
-            AppStack::Detecting(d) if d.speaker.is_none() => Coverage::Empty,
-            AppStack::Detecting(_) => Coverage::Read("http1"),
-            AppStack::Http1(_) if saw_exchange => Coverage::Read("http1"),
-            AppStack::Http1(h) if h.is_abandoned() => Coverage::Unread(Unread::NotHttp),
-            AppStack::Http1(_) => Coverage::Read("http1"),
-            AppStack::Http2(h) if h.is_abandoned() && !saw_exchange => {
+            Layer::Detecting(d) if d.speaker.is_none() => Coverage::Empty,
+            Layer::Detecting(_) => Coverage::Read("http1"),
+            Layer::Http1(_) if saw_exchange => Coverage::Read("http1"),
+            Layer::Http1(h) if h.is_abandoned() => Coverage::Unread(Unread::NotHttp),
+            Layer::Http1(_) => Coverage::Read("http1"),
+            Layer::Http2(h) if h.is_abandoned() && !saw_exchange => {
                 Coverage::Unread(Unread::NotHttp)
             }
-            AppStack::Http2(_) => Coverage::Read("h2"),
-            AppStack::Unreadable(u, _) => Coverage::Unread(*u),
-            AppStack::Tls(t) => {
-                let f = t.tls.facts();
-                match &f.status {
-                    _ if f.records_decrypted > 0 => match t.child.coverage(saw_exchange) {
-                        Coverage::Read("h2") => Coverage::Read("tls/h2"),
-                        Coverage::Read(_) | Coverage::Empty => Coverage::Read("tls/http1"),
-                        other => other,
-                    },
-                    TlsStatus::Unsupported(_) => Coverage::Unread(Unread::TlsUnsupported),
-                    TlsStatus::KeysWrong => Coverage::Unread(Unread::TlsKeysWrong),
-                    TlsStatus::HandshakeNotCaptured => {
-                        Coverage::Unread(Unread::TlsHandshakeMissing)
-                    }
-                    TlsStatus::NotTls => Coverage::Unread(Unread::NotHttp),
-                    _ => Coverage::Unread(Unread::TlsNoKeys),
-                }
-            }
+            Layer::Http2(_) => Coverage::Read("h2"),
+            Layer::Unreadable(u, _) => Coverage::Unread(*u),
+            // Never seen from outside: the stack takes it over in the call that made it.
+            Layer::TlsFound(_) => Coverage::Read("http1"),
         }
     }
 }

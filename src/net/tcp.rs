@@ -738,10 +738,9 @@ pub struct TcpConnection {
     /// Segments seen.
     segments: u64,
     /// Segments held back per direction (only one direction holds at a time), and their cost
-    /// against `Limits::max_out_of_order_bytes`.
+    /// against `Limits::max_out_of_order_bytes` (which each half keeps).
     held: Held,
     held_cost: usize,
-    max_held_cost: usize,
     /// Per direction, where it stood when an empty segment last showed bytes sent past it
     /// and not captured (so far): said once per position.
     unseen_said: [Option<u64>; 2],
@@ -762,7 +761,6 @@ impl TcpConnection {
             segments: 0,
             held: Default::default(),
             held_cost: 0,
-            max_held_cost: max,
             unseen_said: [None; 2],
         }
     }
@@ -850,7 +848,7 @@ impl TcpConnection {
             && !seg.flags.syn
             && self.held.is_empty(o)
             && (!self.held.is_empty(d) || needs > other.next)
-            && self.held_cost.saturating_add(cost) <= self.max_held_cost;
+            && self.held_cost.saturating_add(cost) <= self.halves[0].max_pending_cost;
         if hold {
             self.held_cost += cost;
             self.held.push_back(
