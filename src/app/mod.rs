@@ -209,20 +209,23 @@ impl AppStack {
     }
 
     /// The connection speaks TLS: its layer goes above a detector of the plaintext, and what
-    /// was held goes through it in order.
+    /// was held goes through it in order. Fed to the layer here rather than through
+    /// [`AppStack::data`], which then calls nothing that calls it back and is inlined.
     #[cold]
     fn begin_tls<S: HttpSink>(&mut self, ctx: AppCtx<'_>, sink: &mut S) {
         let Layer::TlsFound(held) = &mut self.layer else {
             return;
         };
         let held = std::mem::take(held);
-        self.tls = Some(Box::new(TlsConnection::new(ctx.limits)));
         self.layer = Layer::detecting(true, true);
+        let tls = self.tls.insert(Box::new(TlsConnection::new(ctx.limits)));
         for h in held {
+            let child = &mut self.layer;
+            let mut sink = ChildSink { ctx, child, sink };
             match h {
-                Held::Data(dir, bytes, mark) => self.data(ctx, dir, &bytes, mark, sink),
-                Held::Gap(dir, len, mark) => self.gap(ctx, dir, len, mark, sink),
-                Held::End(dir, how, mark) => self.end(ctx, dir, how, mark, sink),
+                Held::Data(dir, bytes, mark) => tls.data(ctx.keys, dir, &bytes, mark, &mut sink),
+                Held::Gap(dir, len, mark) => tls.gap(ctx.keys, dir, len, mark, &mut sink),
+                Held::End(dir, how, mark) => tls.end(dir, how, mark, &mut sink),
                 // Said of plaintext HTTP/1 only ([`AppStack::ahead_of_peer`]).
                 Held::AheadOfPeer(..) | Held::AfterPeer(_) | Held::BeforePeer(..) => {}
             }
@@ -404,59 +407,77 @@ impl Layer {
             Layer::Http2(h) => h.data(dir, bytes, mark, sink),
             Layer::TlsFound(held) => held.push(Held::Data(dir, bytes.to_vec(), mark)),
             Layer::Unreadable(..) => {}
-            Layer::Detecting(d) => {
-                if bytes.is_empty() {
-                    return;
-                }
-                let speaker = *d.speaker.get_or_insert(dir);
-                // The speaker's first bytes are judged where they lie, and copied only when
-                // they do not decide: nearly every connection is decided by its first segment.
-                let mut unheld = None;
-                if speaker == dir {
-                    let room = MAX_DETECT_BYTES.saturating_sub(d.first.len());
-                    let take = bytes.get(..room.min(bytes.len())).unwrap_or(bytes);
-                    if d.first.is_empty() {
-                        unheld = Some(take);
-                    } else {
-                        d.first.extend_from_slice(take);
-                    }
-                } else {
-                    d.other_bytes += bytes.len();
-                }
-                let first = unheld.unwrap_or(&d.first);
-                let detected = if d.inside_tls {
-                    detect::detect_plaintext(first)
-                } else {
-                    detect::detect(first, d.from_start)
-                };
-                if let Some(take) = unheld
-                    && matches!(detected, Detection::NeedMore)
-                {
-                    d.first.extend_from_slice(take);
-                }
-                let decision = match detected {
-                    Detection::Decided(p) => Some(p),
-                    Detection::NeedMore if d.other_bytes > MAX_HELD_BYTES => Some(Protocol::Http1),
-                    Detection::NeedMore => None,
-                };
-                match decision {
-                    // The common case: the first segment decides, nothing was held.
-                    Some(p) if d.held.is_empty() => {
-                        self.decide(ctx, p, sink);
-                        self.data(ctx, dir, bytes, mark, sink);
-                    }
-                    Some(p) => {
-                        d.held.push(Held::Data(dir, bytes.to_vec(), mark));
-                        self.decide(ctx, p, sink);
-                    }
-                    None => d.held.push(Held::Data(dir, bytes.to_vec(), mark)),
-                }
+            Layer::Detecting(_) => self.detect(ctx, dir, bytes, mark, sink),
+        }
+    }
+
+    /// Bytes while the protocol is not known: judged, held, or handed to the parser they
+    /// decide. Kept out of [`Layer::data`], the path of every segment once it is decided.
+    #[cold]
+    #[inline(never)]
+    fn detect<S: HttpSink>(
+        &mut self,
+        ctx: AppCtx<'_>,
+        dir: Direction,
+        bytes: &[u8],
+        mark: Mark,
+        sink: &mut S,
+    ) {
+        let Layer::Detecting(d) = self else {
+            return;
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        let speaker = *d.speaker.get_or_insert(dir);
+        // The speaker's first bytes are judged where they lie, and copied only when
+        // they do not decide: nearly every connection is decided by its first segment.
+        let mut unheld = None;
+        if speaker == dir {
+            let room = MAX_DETECT_BYTES.saturating_sub(d.first.len());
+            let take = bytes.get(..room.min(bytes.len())).unwrap_or(bytes);
+            if d.first.is_empty() {
+                unheld = Some(take);
+            } else {
+                d.first.extend_from_slice(take);
             }
+        } else {
+            d.other_bytes += bytes.len();
+        }
+        let first = unheld.unwrap_or(&d.first);
+        let detected = if d.inside_tls {
+            detect::detect_plaintext(first)
+        } else {
+            detect::detect(first, d.from_start)
+        };
+        if let Some(take) = unheld
+            && matches!(detected, Detection::NeedMore)
+        {
+            d.first.extend_from_slice(take);
+        }
+        let decision = match detected {
+            Detection::Decided(p) => Some(p),
+            Detection::NeedMore if d.other_bytes > MAX_HELD_BYTES => Some(Protocol::Http1),
+            Detection::NeedMore => None,
+        };
+        match decision {
+            // The common case: the first segment decides, nothing was held.
+            Some(p) if d.held.is_empty() => {
+                self.decide(ctx, p, sink);
+                self.data(ctx, dir, bytes, mark, sink);
+            }
+            Some(p) => {
+                d.held.push(Held::Data(dir, bytes.to_vec(), mark));
+                self.decide(ctx, p, sink);
+            }
+            None => d.held.push(Held::Data(dir, bytes.to_vec(), mark)),
         }
     }
 
     /// The HTTP/1.1 parser saw `101 Switching Protocols` to `h2c`: the connection goes on as
     /// HTTP/2, `rest` being the first bytes of it.
+    #[cold]
+    #[inline(never)]
     fn switch_to_h2c<S: HttpSink>(
         &mut self,
         ctx: AppCtx<'_>,
