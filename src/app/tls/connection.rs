@@ -1847,6 +1847,86 @@ mod tests {
         }
     }
 
+    /// The whole application stack of a TLS connection: the detector holds the first bytes
+    /// until they say TLS, then hands them to a TLS layer above a new detector of the
+    /// plaintext, which finds HTTP/1.1. However the segments are cut, the same exchanges come
+    /// out, with the same marks.
+    #[test]
+    fn the_stack_reads_the_same_exchanges_from_tls_however_the_segments_are_cut() {
+        use crate::app::testing::{Event, Recorder};
+        use crate::app::{AppCtx, AppStack, Coverage};
+        for (i, id) in ALL_SUITES.into_iter().enumerate() {
+            let mut c = conn(id, i as u8 + 31);
+            let (steps, _) = full_flow(&mut c, Forward, false, 2);
+            let limits = Limits::default();
+            let mut answers: Vec<Vec<Event>> = Vec::new();
+            for split in [Split::Whole, Split::ByteByByte, Split::Random(7)] {
+                let mut keys = KeyLog::new();
+                keys.add_nss(c.keylog.as_bytes(), KeySource::File("test.keys".into()));
+                let mut stack = AppStack::new(true);
+                let mut rec = Recorder::default();
+                for (n, step) in steps.iter().enumerate() {
+                    let mark = Mark::new(n as u64 + 1, 0);
+                    let ctx = AppCtx {
+                        limits: &limits,
+                        keys: &keys,
+                    };
+                    let (dir, bytes) = match step {
+                        Step::Seg(dir, bytes) => (*dir, bytes),
+                        Step::Lost(dir, len) => {
+                            stack.gap(ctx, *dir, *len, mark, &mut rec);
+                            continue;
+                        }
+                        Step::End(dir, how) => {
+                            stack.end(ctx, *dir, *how, mark, &mut rec);
+                            continue;
+                        }
+                        Step::Keys(text) => {
+                            keys.add_nss(text.as_bytes(), KeySource::Embedded);
+                            continue;
+                        }
+                    };
+                    let mut seed = match split {
+                        Split::Random(s) => s ^ (n as u64 + 1),
+                        _ => 0,
+                    };
+                    let mut at = 0;
+                    while at < bytes.len() {
+                        let len = match split {
+                            Split::Whole => bytes.len(),
+                            Split::ByteByByte => 1,
+                            Split::Random(_) => 1 + (xorshift(&mut seed) % 700) as usize,
+                        };
+                        let to = (at + len).min(bytes.len());
+                        stack.data(ctx, dir, &bytes[at..to], mark, &mut rec);
+                        at = to;
+                    }
+                }
+                let name = cipher_suite_name(id);
+                let requests = rec.events.iter().filter(|e| matches!(e, Event::Request(_)));
+                let responses = rec
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Response(_)));
+                // The first answer, an event stream of no length, runs to the connection's
+                // end: the second is read as its body.
+                assert_eq!((requests.count(), responses.count()), (2, 1), "{name}");
+                assert!(
+                    stack.tls().is_some_and(|f| f.records_decrypted > 0),
+                    "{name}"
+                );
+                assert_eq!(stack.client_direction(), Some(Forward), "{name}");
+                assert_eq!(stack.coverage(true), Coverage::Read("tls/http1"), "{name}");
+                answers.push(rec.events);
+            }
+            assert!(
+                answers.windows(2).all(|w| w[0] == w[1]),
+                "{}",
+                cipher_suite_name(id)
+            );
+        }
+    }
+
     /// Thousands of connections are open at once in a busy capture, most between records:
     /// what each keeps is its state (boxed, at most 768 bytes: the allocator's 768-byte
     /// class), one key per direction once the handshake is over, and no record buffer.
