@@ -8,9 +8,9 @@
 //! Output: HTTP exchanges through [`crate::record::HttpSink`], and, when the connection is
 //! over, [`Coverage`]: what it was read as, or why it was not read.
 //! Invariants:
-//! - [`AppStack`] is a closed enum of parsers, the hot path dispatching statically, under an
-//!   optional TLS layer whose plaintext it reads (HTTP/1.1 or HTTP/2, detected again from the
-//!   first plaintext bytes), fed through the same contract.
+//! - [`AppStack`] holds one parser of a closed set (the hot path dispatches statically),
+//!   under a TLS layer when the connection speaks TLS: the parser then reads the plaintext
+//!   (HTTP/1.1 or HTTP/2, detected again from its first bytes), fed through the same contract.
 //! - What a connection speaks is decided in one place ([`detect`]), from the first bytes of
 //!   the direction that speaks first; until then every call is held (a few bytes, bounded by
 //!   [`detect::MAX_DETECT_BYTES`] in the deciding direction) and replayed in order to the
