@@ -1522,6 +1522,32 @@ mod tests {
         Random(u64),
     }
 
+    /// `bytes` cut as `split` says, the random cuts seeded by the step's index too: every
+    /// piece, empty ones included, in order.
+    fn pieces(bytes: &[u8], split: Split, step: usize) -> Vec<&[u8]> {
+        let mut cuts = match split {
+            Split::Whole => vec![],
+            Split::ByteByByte => (1..bytes.len()).collect(),
+            Split::Random(seed) => {
+                let mut s = seed ^ (step as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let n = xorshift(&mut s) % 6;
+                (0..n)
+                    .map(|_| (xorshift(&mut s) % (bytes.len() as u64 + 1)) as usize)
+                    .collect()
+            }
+        };
+        cuts.sort();
+        let mut last = 0;
+        cuts.into_iter()
+            .chain([bytes.len()])
+            .map(|cut| {
+                let piece = &bytes[last..cut];
+                last = cut;
+                piece
+            })
+            .collect()
+    }
+
     /// Runs the steps through one connection; frame numbers are step indexes + 1.
     fn run(steps: &[Step], keylog: &str, split: Split) -> (Vec<Ev>, TlsFacts) {
         let (tls, events) = run_connection(steps, keylog, split);
@@ -1538,22 +1564,8 @@ mod tests {
             let mark = Mark::new(i as u64 + 1, 0);
             match step {
                 Step::Seg(dir, bytes) => {
-                    let mut cuts = match split {
-                        Split::Whole => vec![],
-                        Split::ByteByByte => (1..bytes.len()).collect(),
-                        Split::Random(seed) => {
-                            let mut s = seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                            let n = xorshift(&mut s) % 6;
-                            (0..n)
-                                .map(|_| (xorshift(&mut s) % (bytes.len() as u64 + 1)) as usize)
-                                .collect()
-                        }
-                    };
-                    cuts.sort();
-                    let mut last = 0;
-                    for cut in cuts.into_iter().chain([bytes.len()]) {
-                        tls.data(&keys, *dir, &bytes[last..cut], mark, &mut child);
-                        last = cut;
+                    for piece in pieces(bytes, split, i) {
+                        tls.data(&keys, *dir, piece, mark, &mut child);
                     }
                 }
                 Step::Lost(dir, len) => tls.gap(&keys, *dir, *len, mark, &mut child),
@@ -1886,20 +1898,8 @@ mod tests {
                             continue;
                         }
                     };
-                    let mut seed = match split {
-                        Split::Random(s) => s ^ (n as u64 + 1),
-                        _ => 0,
-                    };
-                    let mut at = 0;
-                    while at < bytes.len() {
-                        let len = match split {
-                            Split::Whole => bytes.len(),
-                            Split::ByteByByte => 1,
-                            Split::Random(_) => 1 + (xorshift(&mut seed) % 700) as usize,
-                        };
-                        let to = (at + len).min(bytes.len());
-                        stack.data(ctx, dir, &bytes[at..to], mark, &mut rec);
-                        at = to;
+                    for piece in pieces(bytes, split, n) {
+                        stack.data(ctx, dir, piece, mark, &mut rec);
                     }
                 }
                 let name = cipher_suite_name(id);
