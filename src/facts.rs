@@ -639,7 +639,7 @@ impl XSummary {
         }
     }
     fn back(self) -> Result<ExchangeSummary, String> {
-        let (stream_facts, stream_empty) =
+        let (stream_facts, stream_empty, stream_room) =
             held_stream(self.stream.map(|s| s.back().map(Box::new)).transpose()?);
         Ok(ExchangeSummary {
             connection: self.connection.back()?,
@@ -656,6 +656,7 @@ impl XSummary {
             end: self.end.map(|(e, k)| (e, um(k))),
             stream_facts,
             stream_empty,
+            stream_room,
             opens_session: self.opens_session,
         })
     }
@@ -1338,6 +1339,73 @@ mod tests {
         assert!(refused >= 10, "{refused}");
         // Names already known are still found.
         assert!(intern("a reason read from facts").is_ok());
+    }
+
+    #[test]
+    fn a_summary_read_back_counts_the_room_of_its_stream_as_made() {
+        use crate::exchange::{ContentFact, ContentKind, IdFact, IdSeen, StreamSummary};
+        let mut s = StreamSummary::default();
+        for i in 0..40u64 {
+            s.id_facts.push(IdFact {
+                hash: i,
+                mark: Mark::new(i, 0),
+                event: i,
+                id_index: i,
+                priming: false,
+                integer: true,
+                start: Mark::new(i, 0),
+                key: 0,
+                key_len: 0,
+                text: (i < 3).then(|| i.to_string().into_boxed_str()),
+            });
+            s.content.push(ContentFact {
+                hash: i,
+                kind: ContentKind::Response,
+                rpc_id: Some(i),
+                mark: Mark::new(i, 0),
+                event: i,
+                event_id: None,
+            });
+        }
+        s.keys.reserve(64);
+        s.keys.extend([1, 2, 3]);
+        s.last_id = Some(IdSeen {
+            text: "39".into(),
+            mark: Mark::new(39, 0),
+            id_index: 39,
+        });
+        let (stream_facts, stream_empty, stream_room) = held_stream(Some(Box::new(s)));
+        let x = ExchangeSummary {
+            connection: Default::default(),
+            exchange: 2,
+            session_id: Some("s".into()),
+            method: Some("GET".into()),
+            target: Some("/mcp".into()),
+            last_event_id: Some("4".into()),
+            protocol_version: None,
+            request: Some(Mark::new(1, 5)),
+            status: Some(200),
+            response: Some(Mark::new(2, 6)),
+            event_stream: true,
+            end: None,
+            stream_facts,
+            stream_empty,
+            stream_room,
+            opens_session: false,
+        };
+        assert!(stream_room > 0);
+        let text = serde_json::to_string(&XSummary::of(&x)).unwrap();
+        let back = serde_json::from_str::<XSummary>(&text)
+            .unwrap()
+            .back()
+            .unwrap();
+        // Its lists' room is fitted to their contents now; the count is the same.
+        assert!(back.stream().unwrap().keys.capacity() < 64);
+        assert_eq!(back, x);
+        assert_eq!(
+            back.stream_room as usize,
+            back.stream().unwrap().facts_room()
+        );
     }
 
     #[test]

@@ -196,7 +196,7 @@ mod tests {
         first: Option<&str>,
     ) -> ExchangeSummary {
         let mark = |f: u64| Mark::new(f, f as i64 * 1000);
-        let (stream_facts, stream_empty) = held_stream(first.map(|id| {
+        let (stream_facts, stream_empty, stream_room) = held_stream(first.map(|id| {
             Box::new(StreamSummary {
                 first_id: Some(IdSeen {
                     text: id.into(),
@@ -226,6 +226,7 @@ mod tests {
             end: None,
             stream_facts,
             stream_empty,
+            stream_room,
             opens_session: false,
         }
     }

@@ -1343,11 +1343,9 @@ const HELD_STREAM: usize = 520;
 const HELD_RESUME: usize = 952;
 
 /// About what an exchange's summary and resume occupy while held, from what they hold alone:
-/// text by its length, lists by the room [`grown_room`] gives them. Their room as allocated
-/// differs between a summary made from the capture and the same summary read back from a
-/// facts file (`--reduce`), and counted, it made the two retire different sessions early.
+/// text by its length, the stream's facts as [`StreamSummary::facts_room`] counts them (not
+/// by the room they were given: see there).
 fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
-    use std::mem::size_of;
     fn text<S: AsRef<str>>(s: &Option<S>) -> usize {
         s.as_ref().map_or(0, |s| s.as_ref().len())
     }
@@ -1357,25 +1355,9 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
         + text(&x.target)
         + text(&x.last_event_id)
         + text(&x.protocol_version);
-    if let Some(s) = x.stream() {
-        n += HELD_STREAM
-            + s.id_facts.iter().count() * size_of::<IdFact>()
-            + s.id_facts
-                .iter()
-                .map(|f| f.text.as_ref().map_or(0, |t| t.len()))
-                .sum::<usize>()
-            + s.content.iter().count() * size_of::<ContentFact>()
-            + grown_room(s.progress.len()) * (size_of::<crate::exchange::ProgressTrack>() + 32)
-            + grown_room(s.list_changed.len())
-                * (size_of::<crate::exchange::ListChangedFact>() + 48)
-            + grown_room(s.shapes.len()) * (size_of::<crate::exchange::ShapeTally>() + 32)
-            + grown_room(s.keys.len()) * size_of::<u64>()
-            + s.dup_ids.len() * (size_of::<crate::exchange::DupId>() + 32)
-            + grown_room(s.retry.len()) * size_of::<(u64, Mark)>()
-            + [&s.first_id, &s.last_id, &s.max_int_id]
-                .iter()
-                .map(|i| i.as_ref().map_or(0, |i| i.text.len()))
-                .sum::<usize>();
+    if x.stream().is_some() {
+        // Counted where the facts were made (`held_stream`), from what `facts_room` reads.
+        n += HELD_STREAM + x.stream_room as usize;
     }
     if let Some(r) = r {
         n += HELD_RESUME
@@ -1387,17 +1369,6 @@ fn held_bytes(x: &ExchangeSummary, r: Option<&ResumeRecord>) -> usize {
             + text(&r.content_type);
     }
     n
-}
-
-/// The room a list of `len` items holds when grown one push at a time (four items, then
-/// doublings): what the budget counts for lists whose room is fitted to their items, so that
-/// how their room is reserved never changes which sessions it retires early.
-fn grown_room(len: usize) -> usize {
-    if len == 0 {
-        0
-    } else {
-        len.next_power_of_two().max(4)
-    }
 }
 
 /// Runs the stage over one input held whole: every exchange is known before any session is
@@ -3135,7 +3106,7 @@ fn view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{ConnectionRef, ExchangeTracker};
+    use crate::exchange::{ConnectionRef, ExchangeTracker, grown_room, held_stream};
     use crate::record::{BodyEnd, HttpSink, Limits, RequestHead, ResponseHead};
     use crate::testing::xorshift;
 
@@ -3271,6 +3242,7 @@ mod tests {
         stream.retry.push((5, Mark::default()));
         stream.shapes.reserve(40);
         stream.list_changed.reserve(30);
+        let (stream_facts, stream_empty, stream_room) = held_stream(Some(Box::new(stream)));
         let roomy = ExchangeSummary {
             connection: Default::default(),
             exchange: 0,
@@ -3284,14 +3256,20 @@ mod tests {
             response: Some(Mark::default()),
             event_stream: true,
             end: None,
-            stream_facts: Some(Box::new(stream)),
-            stream_empty: false,
+            stream_facts,
+            stream_empty,
+            stream_room,
             opens_session: false,
         };
         // A clone's room is fitted to what it holds.
         let fitted = roomy.clone();
         assert!(fitted.stream().unwrap().keys.capacity() < roomy.stream().unwrap().keys.capacity());
         assert_eq!(held_bytes(&roomy, None), held_bytes(&fitted, None));
+        // The stream's part, counted again from each one's facts.
+        let (roomy_facts, fitted_facts) = (roomy.stream().unwrap(), fitted.stream().unwrap());
+        assert_eq!(roomy_facts.facts_room(), fitted_facts.facts_room());
+        assert!(roomy_facts.facts_room() > 0);
+        assert_eq!(roomy.stream_room as usize, roomy_facts.facts_room());
     }
 
     #[test]

@@ -386,6 +386,32 @@ impl StreamSummary {
             && self.shapes.capacity() == 0
             && self.keys.capacity() == 0
     }
+
+    /// About what its facts occupy beyond the summary itself, as the session stage's memory
+    /// budget counts them: text by its length, lists by the room [`grown_room`] gives them
+    /// (their room as allocated differs between a summary made from the capture and the same
+    /// summary read back from a facts file, and counted, it made the two retire different
+    /// sessions early). 0 for [`EMPTY_STREAM`].
+    pub fn facts_room(&self) -> usize {
+        use std::mem::size_of;
+        self.id_facts.iter().count() * size_of::<IdFact>()
+            + self
+                .id_facts
+                .iter()
+                .map(|f| f.text.as_ref().map_or(0, |t| t.len()))
+                .sum::<usize>()
+            + self.content.iter().count() * size_of::<ContentFact>()
+            + grown_room(self.progress.len()) * (size_of::<ProgressTrack>() + 32)
+            + grown_room(self.list_changed.len()) * (size_of::<ListChangedFact>() + 48)
+            + grown_room(self.shapes.len()) * (size_of::<ShapeTally>() + 32)
+            + grown_room(self.keys.len()) * size_of::<u64>()
+            + self.dup_ids.len() * (size_of::<DupId>() + 32)
+            + grown_room(self.retry.len()) * size_of::<(u64, Mark)>()
+            + [&self.first_id, &self.last_id, &self.max_int_id]
+                .iter()
+                .map(|i| i.as_ref().map_or(0, |i| i.text.len()))
+                .sum::<usize>()
+    }
 }
 
 /// One exchange, as the session stage needs it.
@@ -409,6 +435,12 @@ pub struct ExchangeSummary {
     pub stream_facts: Option<Box<StreamSummary>>,
     /// The stream carried nothing: its facts are [`EMPTY_STREAM`], and not held.
     pub stream_empty: bool,
+    /// [`StreamSummary::facts_room`] of `stream_facts` (0 without), made with them by
+    /// [`held_stream`]: counted where the facts were just made, on the thread that made them,
+    /// rather than by the session stage on another core, which would read them all from memory
+    /// for it (the stage's largest single cost on a HAR of small entries). It fills padding the
+    /// summary had.
+    pub stream_room: u32,
     /// The exchange began its session: the answer named a session that the request did not
     /// (an `initialize`), or the stream's `endpoint` event did (the 2024-11-05 transport).
     pub opens_session: bool,
@@ -416,12 +448,27 @@ pub struct ExchangeSummary {
 
 /// How the session stage holds the facts of an exchange's stream: a stream that carried
 /// nothing ([`StreamSummary::is_empty`]: every answer of a reconnect loop) keeps no summary of
-/// its own, and reads as [`EMPTY_STREAM`]. Gives [`ExchangeSummary::stream_facts`] and
-/// [`ExchangeSummary::stream_empty`].
-pub fn held_stream(summary: Option<Box<StreamSummary>>) -> (Option<Box<StreamSummary>>, bool) {
+/// its own, and reads as [`EMPTY_STREAM`]. Gives [`ExchangeSummary::stream_facts`],
+/// [`ExchangeSummary::stream_empty`] and [`ExchangeSummary::stream_room`].
+pub fn held_stream(summary: Option<Box<StreamSummary>>) -> (Option<Box<StreamSummary>>, bool, u32) {
     match summary {
-        Some(s) if s.is_empty() => (None, true),
-        other => (other, false),
+        Some(s) if s.is_empty() => (None, true, 0),
+        Some(s) => {
+            let room = u32::try_from(s.facts_room()).unwrap_or(u32::MAX);
+            (Some(s), false, room)
+        }
+        None => (None, false, 0),
+    }
+}
+
+/// The room a list of `len` items holds when grown one push at a time (four items, then
+/// doublings): what the session stage's budget counts for lists whose room is fitted to their
+/// items, so that how their room is reserved never changes which sessions it retires early.
+pub fn grown_room(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        len.next_power_of_two().max(4)
     }
 }
 
@@ -1116,8 +1163,8 @@ impl ExchangeTracker {
             Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
             None => (None, None, None, None),
         };
-        let (stream_facts, stream_empty) = match summary {
-            None if empty_stream => (None, true),
+        let (stream_facts, stream_empty, stream_room) = match summary {
+            None if empty_stream => (None, true, 0),
             summary => held_stream(summary),
         };
         self.summaries.push(ExchangeSummary {
@@ -1135,6 +1182,7 @@ impl ExchangeTracker {
             end,
             stream_facts,
             stream_empty,
+            stream_room,
             opens_session,
         });
     }
@@ -2384,8 +2432,8 @@ mod tests {
 
     #[test]
     fn only_a_summary_with_nothing_in_it_is_held_as_empty() {
-        assert_eq!(held_stream(None), (None, false));
-        assert_eq!(held_stream(Some(Box::default())), (None, true));
+        assert_eq!(held_stream(None), (None, false, 0));
+        assert_eq!(held_stream(Some(Box::default())), (None, true, 0));
         let changed: [fn(&mut StreamSummary); 6] = [
             |s| s.events = 1,
             |s| s.gaps = 1,
@@ -2400,9 +2448,10 @@ mod tests {
             change(&mut s);
             // A clone would not keep the room reserved.
             let want = s.clone();
-            let (facts, empty) = held_stream(Some(Box::new(s)));
+            let (facts, empty, room) = held_stream(Some(Box::new(s)));
             assert!(!empty, "{want:?}");
             assert_eq!(facts.as_deref(), Some(&want));
+            assert_eq!(room as usize, want.facts_room(), "{want:?}");
         }
     }
 
@@ -2426,6 +2475,29 @@ mod tests {
             assert_eq!(cut_text(b), by_chars(b), "{b:?}");
         }
         assert_eq!(cut_text(&long_ascii).len(), MAX_TEXT);
+    }
+
+    #[test]
+    fn a_summary_counts_the_room_of_its_stream_as_it_is_made() {
+        let mut body = String::new();
+        for i in 0..30 {
+            body.push_str(&format!(
+                "id: {i}\nretry: {}\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\
+                 \"notifications/progress\",\"params\":{{\"progressToken\":\"t{}\",\
+                 \"progress\":{i}}}}}\n\n",
+                1000 + i % 3,
+                i % 4
+            ));
+        }
+        for last in [None, Some("3")] {
+            let (_, xs) = exchange(body.as_bytes(), &[7, 100, 101, 900], last);
+            let facts = xs[0].stream().unwrap();
+            assert!(facts.id_facts.iter().count() > 8 && !facts.progress.is_empty());
+            assert_eq!(xs[0].stream_room as usize, facts.facts_room());
+        }
+        // A stream that carried nothing is held without facts, and counts none.
+        let (_, xs) = exchange(b"", &[], Some("3"));
+        assert!(xs[0].stream_empty && xs[0].stream_room == 0);
     }
 
     /// One exchange through a tracker: the body cut at `cuts` (offsets, ascending), each piece
