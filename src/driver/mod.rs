@@ -1502,6 +1502,17 @@ impl Drop for Unwinding<'_> {
     }
 }
 
+/// Times a worker that finds no batch waiting gives up its core (`yield_now`) and looks
+/// again before it sleeps on [`Pool::work`]. The next batch is often a few microseconds away,
+/// and a sleep costs more than that: the reader's wake-up is a system call and, on a virtual
+/// machine, an interrupt sent to the other core, then the scheduler's delay. Looking again 64
+/// times halved the context switches on the default mix with `-j2` (2,251 → 916) and took
+/// 8–15% off its wall time and that of tiny events, keep-alive, long-lived streams and large
+/// events, for 1–2% more on 3,000 open sessions, where the workers seldom run dry and a turn
+/// spent looking is a turn the stage does not get (and 3% more CPU, the same wall time, on a
+/// gzip-compressed capture, whose reader is slower than the workers).
+const SPINS: usize = 64;
+
 /// What a worker has to do with the shard it took.
 enum Task {
     Batch(Batch),
@@ -1515,12 +1526,14 @@ enum Task {
 fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Handed>) {
     let _unwinding = Unwinding(pool);
     let mut prefer = None;
+    let mut spins = 0;
     let mut st = pool.lock();
     loop {
         if st.broken {
             return;
         }
         let (s, task) = if let Some(s) = st.pick(prefer) {
+            spins = 0;
             let Some(batch) = st.queues[s].pop_front() else {
                 unreachable!("picked shard {s} has a batch")
             };
@@ -1537,6 +1550,12 @@ fn work(pool: &Pool, spare: &mpsc::Sender<Batch>, handed: &mpsc::SyncSender<Hand
                 Some(s) => (s, Task::Finish(last)),
                 None => return,
             }
+        } else if spins < SPINS {
+            spins += 1;
+            drop(st);
+            std::thread::yield_now();
+            st = pool.lock();
+            continue;
         } else {
             st.idle += 1;
             st = pool
