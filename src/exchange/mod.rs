@@ -415,7 +415,7 @@ impl StreamSummary {
 }
 
 /// One exchange, as the session stage needs it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExchangeSummary {
     pub connection: ConnectionRef,
     pub exchange: u32,
