@@ -25,6 +25,7 @@
 //! and it brings HKDF and HMAC for the key schedules in the same crate. RustCrypto would cost
 //! 6x the time per byte.
 
+use std::cell::OnceCell;
 use std::ops::Range;
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
@@ -312,8 +313,15 @@ enum RecordMode {
 
 /// The protection of one direction of one connection: key, IV and nonce construction. The
 /// sequence number is the caller's, so resynchronisation can try several.
+///
+/// The key is kept as its bytes, and expanded (ring's round keys and GHASH table, about 540
+/// bytes) when a record is first opened with it; [`RecordKey::park`] frees the expanded form
+/// of a key not in use, and the next record expands it again.
 pub(crate) struct RecordKey {
-    key: LessSafeKey,
+    /// `raw[..aead.key_len()]` is the key.
+    raw: [u8; 32],
+    aead: AeadAlg,
+    expanded: OnceCell<Box<LessSafeKey>>,
     iv: [u8; 12],
     mode: RecordMode,
 }
@@ -328,12 +336,42 @@ pub(crate) struct Opened {
 
 impl RecordKey {
     fn new(aead: AeadAlg, key: &[u8], iv: [u8; 12], mode: RecordMode) -> Option<RecordKey> {
-        let unbound = UnboundKey::new(aead.ring(), key).ok()?;
+        // Expanded once here so that a key ring refuses is refused now, not at its first
+        // record; kept expanded, since a new key is about to be used.
+        let expanded = OnceCell::from(Box::new(Self::expand(aead, key)?));
+        let mut raw = [0u8; 32];
+        raw.get_mut(..key.len())?.copy_from_slice(key);
         Some(RecordKey {
-            key: LessSafeKey::new(unbound),
+            raw,
+            aead,
+            expanded,
             iv,
             mode,
         })
+    }
+
+    fn expand(aead: AeadAlg, key: &[u8]) -> Option<LessSafeKey> {
+        UnboundKey::new(aead.ring(), key).ok().map(LessSafeKey::new)
+    }
+
+    /// The expanded key, made again if it was parked.
+    fn key(&self) -> Option<&LessSafeKey> {
+        if let Some(k) = self.expanded.get() {
+            return Some(k);
+        }
+        let key = Self::expand(self.aead, &self.raw[..self.aead.key_len()])?;
+        Some(self.expanded.get_or_init(|| Box::new(key)))
+    }
+
+    /// Frees the expanded key until a record needs it again.
+    pub(crate) fn park(&mut self) {
+        self.expanded.take();
+    }
+
+    /// Whether the key is expanded now (not parked).
+    #[cfg(test)]
+    pub(crate) fn is_expanded(&self) -> bool {
+        self.expanded.get().is_some()
     }
 
     /// The TLS 1.3 key and IV derived from a traffic secret (RFC 8446 §7.3).
@@ -427,13 +465,11 @@ impl RecordKey {
     /// decrypting in place. `None` when it does not authenticate (or, in TLS 1.3, holds
     /// only padding).
     pub(crate) fn open(&self, seq: u64, header: &[u8; 5], payload: &mut [u8]) -> Option<Opened> {
+        let key = self.key()?;
         match self.mode {
             RecordMode::Tls13 => {
                 let nonce = Nonce::assume_unique_for_key(self.xor_nonce(seq));
-                let inner = self
-                    .key
-                    .open_in_place(nonce, Aad::from(*header), payload)
-                    .ok()?;
+                let inner = key.open_in_place(nonce, Aad::from(*header), payload).ok()?;
                 // The content type is the last non-zero byte; zeros after it are padding.
                 let end = inner.iter().rposition(|&b| b != 0)?;
                 Some(Opened {
@@ -448,8 +484,7 @@ impl RecordKey {
                 nonce[..4].copy_from_slice(&self.iv[..4]);
                 nonce[4..].copy_from_slice(explicit);
                 let aad = Self::tls12_aad(seq, header, body_len);
-                let plaintext = self
-                    .key
+                let plaintext = key
                     .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), sealed)
                     .ok()?;
                 Some(Opened {
@@ -461,10 +496,7 @@ impl RecordKey {
                 let body_len = payload.len().checked_sub(TAG_LEN)?;
                 let nonce = Nonce::assume_unique_for_key(self.xor_nonce(seq));
                 let aad = Self::tls12_aad(seq, header, body_len);
-                let plaintext = self
-                    .key
-                    .open_in_place(nonce, Aad::from(aad), payload)
-                    .ok()?;
+                let plaintext = key.open_in_place(nonce, Aad::from(aad), payload).ok()?;
                 Some(Opened {
                     content_type: header[0],
                     plaintext: 0..plaintext.len(),
@@ -484,6 +516,7 @@ impl RecordKey {
         plaintext: &[u8],
         padding: usize,
     ) -> Vec<u8> {
+        let key = self.key().expect("a key that opened");
         let mut body = plaintext.to_vec();
         let mut header = [content_type, 3, 3, 0, 0];
         let wire_len;
@@ -495,8 +528,7 @@ impl RecordKey {
                 wire_len = body.len() + TAG_LEN;
                 header[3..].copy_from_slice(&(wire_len as u16).to_be_bytes());
                 let nonce = Nonce::assume_unique_for_key(self.xor_nonce(seq));
-                self.key
-                    .seal_in_place_append_tag(nonce, Aad::from(header), &mut body)
+                key.seal_in_place_append_tag(nonce, Aad::from(header), &mut body)
                     .expect("seal");
             }
             RecordMode::Tls12Explicit => {
@@ -506,13 +538,12 @@ impl RecordKey {
                 nonce[..4].copy_from_slice(&self.iv[..4]);
                 nonce[4..].copy_from_slice(&seq.to_be_bytes());
                 let aad = Self::tls12_aad(seq, &header, body.len());
-                self.key
-                    .seal_in_place_append_tag(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(aad),
-                        &mut body,
-                    )
-                    .expect("seal");
+                key.seal_in_place_append_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(aad),
+                    &mut body,
+                )
+                .expect("seal");
                 body.splice(0..0, seq.to_be_bytes());
             }
             RecordMode::Tls12Xor => {
@@ -520,8 +551,7 @@ impl RecordKey {
                 header[3..].copy_from_slice(&(wire_len as u16).to_be_bytes());
                 let aad = Self::tls12_aad(seq, &header, body.len());
                 let nonce = Nonce::assume_unique_for_key(self.xor_nonce(seq));
-                self.key
-                    .seal_in_place_append_tag(nonce, Aad::from(aad), &mut body)
+                key.seal_in_place_append_tag(nonce, Aad::from(aad), &mut body)
                     .expect("seal");
             }
         }
@@ -649,7 +679,13 @@ pub(crate) mod tests {
                 }
                 Protocol::Tls12 => RecordKey::tls12_pair(&s, &master, &cr, &sr).unwrap().1,
             };
+            let mut key = key;
             for seq in [0u64, 1, 77] {
+                // The second record with the key parked before it: expanded again, alike.
+                if seq == 1 {
+                    key.park();
+                    assert!(!key.is_expanded());
+                }
                 let record = key.seal(seq, 23, b"hello", 3);
                 assert_eq!(
                     record.len(),
