@@ -29,6 +29,8 @@ use crate::report::{self, HumanNotes, Summary};
 /// reconnect storm of 256 MiB writes a report of about that size; each extra pass copies all
 /// of it twice more).
 pub const SPOOL_MEMORY: usize = 1 << 20;
+/// Room for the line that takes a run past [`SPOOL_MEMORY`] (a longer one grows the run).
+const RUN_SLACK: usize = 64 << 10;
 /// Runs merged at once; more are first merged into longer runs.
 pub const MERGE_FAN_IN: usize = 512;
 /// Bytes the runs of one merge read ahead, together: once the session stage's state is gone,
@@ -134,6 +136,15 @@ impl Spool {
     /// Runs written to the temporary file so far.
     pub fn runs(&self) -> usize {
         self.runs.len()
+    }
+
+    /// The run's bytes, with room for a whole run from its first line on: grown by doubling,
+    /// they passed [`SPOOL_MEMORY`] with twice that allocated, copying what they held.
+    fn run_bytes(&mut self) -> &mut Vec<u8> {
+        if self.buf.capacity() == 0 && self.memory <= SPOOL_MEMORY {
+            self.buf.reserve_exact(self.memory + RUN_SLACK);
+        }
+        &mut self.buf
     }
 
     /// Takes the line written to the run's bytes since `from`.
@@ -503,7 +514,7 @@ impl audit::Sink for Spool {
         for f in &r.forensic.findings {
             self.count_finding(f);
         }
-        let from = self.buf.len();
+        let from = self.run_bytes().len();
         let (input, buf) = (&self.input_json, &mut self.buf);
         report::files::with_files(self.files.as_ref(), || {
             report::resume_line_quoted(buf, input, &r)
@@ -516,7 +527,7 @@ impl audit::Sink for Spool {
 
     fn finding(&mut self, f: Finding) {
         self.count_finding(&f);
-        let from = self.buf.len();
+        let from = self.run_bytes().len();
         let (input, buf) = (&self.input, &mut self.buf);
         report::files::with_files(self.files.as_ref(), || report::finding_line(buf, input, &f));
         let (frame, kind, sid) = audit::finding_order(&f);
@@ -528,7 +539,7 @@ impl audit::Sink for Spool {
     }
 
     fn view(&mut self, v: SessionView) {
-        let from = self.buf.len();
+        let from = self.run_bytes().len();
         let (input, buf) = (&self.input, &mut self.buf);
         // Writing to memory cannot fail.
         let _ = report::files::with_files(self.files.as_ref(), || {
@@ -616,6 +627,24 @@ mod tests {
             s.resume(Box::new(r));
         }
         s
+    }
+
+    /// A run of small lines fills the room it was given at its first line, past
+    /// [`SPOOL_MEMORY`] by one line, and never doubles it.
+    #[test]
+    fn a_run_keeps_the_room_of_its_first_line() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let report = analyze_path(&root.join("fixtures/gen/mixed.pcap"), &Options::default());
+        let mut s = Spool::new("in", false);
+        let mut most = 0;
+        while s.runs() < 3 {
+            for r in &report.resumes {
+                s.resume(Box::new(r.clone()));
+                most = most.max(s.buf.len());
+                assert_eq!(s.buf.capacity(), SPOOL_MEMORY + RUN_SLACK);
+            }
+        }
+        assert!(most >= SPOOL_MEMORY - 4096, "{most}");
     }
 
     #[test]
