@@ -335,16 +335,19 @@ pub(crate) struct Opened {
 }
 
 impl RecordKey {
+    /// Expanded at its first record, not here: a connection is given both directions' keys
+    /// at once, and some come to use long after (an event stream's answer) or never.
     fn new(aead: AeadAlg, key: &[u8], iv: [u8; 12], mode: RecordMode) -> Option<RecordKey> {
-        // Expanded once here so that a key ring refuses is refused now, not at its first
-        // record; kept expanded, since a new key is about to be used.
-        let expanded = OnceCell::from(Box::new(Self::expand(aead, key)?));
+        // The length is all ring checks of a key.
+        if key.len() != aead.key_len() {
+            return None;
+        }
         let mut raw = [0u8; 32];
         raw.get_mut(..key.len())?.copy_from_slice(key);
         Some(RecordKey {
             raw,
             aead,
-            expanded,
+            expanded: OnceCell::new(),
             iv,
             mode,
         })
@@ -679,6 +682,8 @@ pub(crate) mod tests {
                 }
                 Protocol::Tls12 => RecordKey::tls12_pair(&s, &master, &cr, &sr).unwrap().1,
             };
+            // Made with its bytes alone: expanded by its first record.
+            assert!(!key.is_expanded());
             let mut key = key;
             for seq in [0u64, 1, 77] {
                 // The second record with the key parked before it: expanded again, alike.
