@@ -519,7 +519,9 @@ impl RecordKey {
         plaintext: &[u8],
         padding: usize,
     ) -> Vec<u8> {
-        let key = self.key().expect("a key that opened");
+        let key = self
+            .key()
+            .expect("a key whose length was checked when it was made");
         let mut body = plaintext.to_vec();
         let mut header = [content_type, 3, 3, 0, 0];
         let wire_len;
