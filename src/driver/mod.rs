@@ -758,6 +758,8 @@ struct Shard {
     /// The (empty) list of opened sessions of the last connection closed, for the next one
     /// opened: a list of its own cost every connection of a reconnect storm an allocation.
     spare_opened: Vec<(u32, String)>,
+    /// What the report says of the TLS of the last connection described.
+    tls_infos: TlsInfos,
 }
 
 /// Emptied resume and summary lists, with their room.
@@ -798,6 +800,7 @@ impl Shard {
             ignore,
             lists: Lists::default(),
             spare_opened: Vec::new(),
+            tls_infos: TlsInfos::default(),
         }
     }
 
@@ -854,7 +857,13 @@ impl Shard {
         };
         c.tcp.segment(m.dir, &seg, &mut bridge);
         if c.tracker.has_news() {
-            drain(m.stream, c, m.mark.frame, &mut self.events);
+            drain(
+                m.stream,
+                c,
+                m.mark.frame,
+                &mut self.events,
+                &mut self.tls_infos,
+            );
         }
         self.lists.take_back(&mut c.tracker);
         if c.tcp.is_closed() {
@@ -920,7 +929,7 @@ impl Shard {
             });
         c.tracker.finish(server_end, server_gaps, mark);
         let frame = if self.finishing { END_OF_INPUT } else { at };
-        drain(stream, &mut c, frame, &mut self.events);
+        drain(stream, &mut c, frame, &mut self.events, &mut self.tls_infos);
         self.lists.take_back(&mut c.tracker);
         if c.tracker.opened.is_empty() {
             self.spare_opened = std::mem::take(&mut c.tracker.opened);
@@ -1026,7 +1035,7 @@ impl Shard {
 /// Moves what a connection's exchanges gave since the last call into `events`: the sessions
 /// requests named, and each exchange that ended with its summary and resume, endpoints filled
 /// in. `frame` is their key.
-fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
+fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>, tls_infos: &mut TlsInfos) {
     if std::mem::take(&mut c.tracker.unattributed_loss) {
         events.push(Keyed {
             frame,
@@ -1060,7 +1069,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
         tls: match (&c.tls, c.app.tls()) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => {
-                let t = Arc::new(tls_info(f));
+                let t = tls_infos.of(f);
                 if f.records_decrypted > 0 {
                     c.tls = Some(t.clone());
                 }
@@ -1105,6 +1114,47 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>) {
             exchange: r.exchange,
             event: StageEvent::Ended(None, Some(Box::new(finished(r)))),
         });
+    }
+}
+
+/// What the report says of the TLS of the last connection described, with the facts it was
+/// made of. The connections of a capture are mostly alike (one server name, suite and key log),
+/// and each resume and exchange summary holds its connection's description until the session
+/// stage has reported it (thousands at once on a capture of many sessions over TLS, some 250
+/// bytes each when every connection had its own): alike connections share one.
+#[derive(Default)]
+struct TlsInfos {
+    last: Option<(TlsInfoKey, Arc<TlsInfo>)>,
+}
+
+/// The facts a [`TlsInfo`] is made of that it does not hold as they are.
+struct TlsInfoKey {
+    version: Option<u16>,
+    cipher_suite: Option<u16>,
+    key_source: Option<KeySource>,
+}
+
+impl TlsInfos {
+    /// What the report says of a connection with these facts: the last one made, when they
+    /// are the same facts.
+    fn of(&mut self, f: &crate::app::tls::TlsFacts) -> Arc<TlsInfo> {
+        if let Some((key, info)) = &self.last
+            && key.version == f.version
+            && key.cipher_suite == f.cipher_suite
+            && key.key_source == f.key_source
+            && info.sni == f.sni
+            && info.alpn == f.alpn
+        {
+            return info.clone();
+        }
+        let info = Arc::new(tls_info(f));
+        let key = TlsInfoKey {
+            version: f.version,
+            cipher_suite: f.cipher_suite,
+            key_source: f.key_source.clone(),
+        };
+        self.last = Some((key, info.clone()));
+        info
     }
 }
 
@@ -2447,6 +2497,52 @@ mod tests {
     fn a_connections_state_fits_its_size_class() {
         let size = std::mem::size_of::<Conn>();
         assert!(size <= 1024, "{size} bytes");
+    }
+
+    /// Connections with the same TLS facts share one description, and any fact that differs
+    /// makes a description of its own; either way it says what the facts say.
+    #[test]
+    fn alike_tls_connections_share_one_description() {
+        let base = crate::app::tls::TlsFacts {
+            version: Some(0x0304),
+            cipher_suite: Some(0x1301),
+            sni: Some("mcp.example".to_string()),
+            alpn: Some("http/1.1".to_string()),
+            key_source: Some(KeySource::File(Arc::from("a.keys"))),
+            records_decrypted: 3,
+            ..Default::default()
+        };
+        let mut infos = TlsInfos::default();
+        let first = infos.of(&base);
+        assert_eq!(*first, tls_info(&base));
+        assert_eq!(first.cipher.as_deref(), Some("TLS_AES_128_GCM_SHA256"));
+        // Facts the description does not hold do not matter.
+        let busier = crate::app::tls::TlsFacts {
+            records_decrypted: 90,
+            ..base.clone()
+        };
+        assert!(Arc::ptr_eq(&first, &infos.of(&busier)));
+        let variants: [fn(&mut crate::app::tls::TlsFacts); 6] = [
+            |f| f.version = Some(0x0303),
+            |f| f.cipher_suite = Some(0x1302),
+            |f| f.sni = None,
+            |f| f.alpn = Some("h2".to_string()),
+            |f| f.key_source = Some(KeySource::File(Arc::from("b.keys"))),
+            |f| f.key_source = Some(KeySource::Embedded),
+        ];
+        for change in variants {
+            let mut other = base.clone();
+            change(&mut other);
+            let info = infos.of(&other);
+            assert!(!Arc::ptr_eq(&first, &info), "{other:?}");
+            assert_eq!(*info, tls_info(&other));
+            assert_ne!(*info, *first);
+            // The same facts again share the description just made, and the first facts
+            // are described anew, alike.
+            assert!(Arc::ptr_eq(&info, &infos.of(&other)));
+            let again = infos.of(&base);
+            assert_eq!(*again, *first);
+        }
     }
 
     /// Records the order the session stage is given events in.

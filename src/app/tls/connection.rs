@@ -182,7 +182,6 @@ pub(crate) struct TlsFacts {
     pub sni: Option<String>,
     /// Negotiated ALPN (ServerHello in TLS 1.2, EncryptedExtensions in TLS 1.3).
     pub alpn: Option<String>,
-    pub offered_alpn: Vec<String>,
     pub key_source: Option<KeySource>,
     pub status: TlsStatus,
     /// Records authenticated and decrypted, of any content type.
@@ -1056,7 +1055,6 @@ impl TlsConnection {
                     self.facts.client_random = Some(hello.random);
                 }
                 self.facts.sni = hello.sni.or(self.facts.sni.take());
-                self.facts.offered_alpn = hello.alpn;
                 self.facts.resumption_offered |= hello.pre_shared_key || hello.session_id_len > 0;
             }
             handshake::SERVER_HELLO => {
@@ -1886,7 +1884,6 @@ mod tests {
                 assert_eq!(facts.cipher_suite, Some(id));
                 assert_eq!(facts.sni.as_deref(), Some("mcp.example"));
                 assert_eq!(facts.alpn.as_deref(), Some("http/1.1"));
-                assert_eq!(facts.offered_alpn, vec!["h2", "http/1.1"]);
                 assert_eq!(facts.key_source, Some(KeySource::File("test.keys".into())));
                 assert_eq!(
                     (facts.auth_failures, facts.resyncs, facts.records_lost),
