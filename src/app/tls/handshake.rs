@@ -58,9 +58,11 @@ pub(crate) struct HandshakeMessage {
 #[derive(Debug, Default)]
 pub(crate) struct HandshakeReader {
     header: [u8; 4],
-    header_len: usize,
-    /// Body bytes still to come for the current message.
-    remaining: usize,
+    /// Header bytes read so far (0 to 4). Narrow, as is `remaining`: every direction of every
+    /// open TLS connection holds a reader.
+    header_len: u8,
+    /// Body bytes still to come for the current message (a 24-bit length).
+    remaining: u32,
     keep: bool,
     body: Vec<u8>,
 }
@@ -69,27 +71,26 @@ impl HandshakeReader {
     /// Adds one record's plaintext; whole messages are appended to `out`.
     pub(crate) fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<HandshakeMessage>) {
         while !bytes.is_empty() {
-            if self.header_len < 4 {
-                let take = (4 - self.header_len).min(bytes.len());
-                self.header[self.header_len..self.header_len + take]
-                    .copy_from_slice(&bytes[..take]);
-                self.header_len += take;
+            let have = usize::from(self.header_len);
+            if have < 4 {
+                let take = (4 - have).min(bytes.len());
+                self.header[have..have + take].copy_from_slice(&bytes[..take]);
+                self.header_len += take as u8;
                 bytes = &bytes[take..];
                 if self.header_len < 4 {
                     return;
                 }
-                let len = usize::from(self.header[1]) << 16
-                    | usize::from(self.header[2]) << 8
-                    | usize::from(self.header[3]);
+                let len = u32::from_be_bytes([0, self.header[1], self.header[2], self.header[3]]);
                 self.remaining = len;
-                self.keep = kept(self.header[0]) && len <= MAX_KEPT_MESSAGE;
+                self.keep = kept(self.header[0]) && len as usize <= MAX_KEPT_MESSAGE;
                 self.body.clear();
             }
-            let take = self.remaining.min(bytes.len());
+            let take = (self.remaining as usize).min(bytes.len());
             if self.keep {
                 self.body.extend_from_slice(&bytes[..take]);
             }
-            self.remaining -= take;
+            // `take` is at most `remaining`, a u32.
+            self.remaining -= take as u32;
             bytes = &bytes[take..];
             if self.remaining == 0 {
                 out.push(HandshakeMessage {
