@@ -393,7 +393,9 @@ fn real_main() -> anyhow::Result<i32> {
     };
     // Colour where a terminal shows it, never in a pipe or a file, and never under NO_COLOR
     // (CLICOLOR_FORCE forces it): the library writes styles, these streams keep or drop them.
-    let mut err = anstream::AutoStream::auto(std::io::stderr().lock());
+    // Standard error is taken for each write, never held for the run: the progress bar draws
+    // on it from the threads that read the inputs, which would wait for a held lock forever.
+    let mut err = anstream::AutoStream::auto(std::io::stderr());
     if let Some(path) = cli.emit_facts.as_deref() {
         return emit_facts(path, &cli, &opts, &mut err);
     }

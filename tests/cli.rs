@@ -1,5 +1,5 @@
 //! The command line itself: sizes with units, limits raised with a warning, completions and
-//! the manual page generated from the same definition.
+//! the manual page generated from the same definition, the progress bar on a terminal.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -181,4 +181,53 @@ fn named_pipes_and_devices_are_written_into_never_replaced() {
     assert_eq!(null.status.code(), wanted.status.code());
     let null_type = std::fs::metadata("/dev/null").unwrap().file_type();
     assert!(null_type.is_char_device());
+}
+
+/// With standard error on a terminal, the progress bar is drawn by the threads that read the
+/// inputs: several inputs read at once must neither wait on one another for it nor on the
+/// messages' stream. The terminal is `script`'s (util-linux); the run is killed after two
+/// minutes, so a stalled one fails the test rather than hanging it.
+#[test]
+fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    // Past the size under which no bar is drawn; sparse, so nothing is written to the disk.
+    let big = dir.path().join("zeros.pcap");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(65 << 20))
+        .expect("a sparse file");
+    let (report, wanted) = (dir.path().join("tty.jsonl"), dir.path().join("q.jsonl"));
+    let bin = env!("CARGO_BIN_EXE_mcp-resume-audit");
+    let quiet = run(&[
+        "-q",
+        "-j2",
+        big.to_str().unwrap(),
+        FIXTURE,
+        "-o",
+        wanted.to_str().unwrap(),
+    ]);
+    assert_eq!(quiet.status.code(), Some(2), "{}", text(&quiet.stderr));
+    let command = format!(
+        "timeout -s KILL 120 '{bin}' -j2 '{}' '{FIXTURE}' -o '{}'; echo \"rc=$?\"",
+        big.display(),
+        report.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the analyzer on a terminal");
+    let shown = text(&out.stdout);
+    // The bar was drawn (its total), the unreadable input named, and the run ended as the
+    // quiet one did, with the same report.
+    assert!(shown.contains("65.00 MiB"), "{shown}");
+    assert!(
+        shown.contains("zeros.pcap: offset 0: not a capture"),
+        "{shown}"
+    );
+    assert!(shown.contains("rc=2"), "{shown}");
+    assert_eq!(
+        std::fs::read(&report).unwrap(),
+        std::fs::read(&wanted).unwrap()
+    );
 }
