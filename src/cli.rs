@@ -237,6 +237,9 @@ impl Progress for Bar {
     fn finish(&self) {
         self.0.finish_and_clear();
     }
+    fn aside(&self, write: &mut dyn FnMut()) {
+        self.0.suspend(write);
+    }
 }
 
 fn progress_bar(cli: &Cli) -> Option<std::sync::Arc<dyn Progress>> {

@@ -231,3 +231,35 @@ fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
         std::fs::read(&wanted).unwrap()
     );
 }
+
+/// Messages written while inputs are still being read (`--emit-facts` says each input's as it
+/// ends) put the progress bar aside first: neither is drawn over the other.
+#[test]
+fn messages_during_the_run_do_not_share_the_progress_bar_line() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let big = dir.path().join("zeros.pcap");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(65 << 20))
+        .expect("a sparse file");
+    let bin = env!("CARGO_BIN_EXE_mcp-resume-audit");
+    // The fixture first: the bar is drawn when it is read, before the second input's error.
+    let command = format!(
+        "timeout -s KILL 120 '{bin}' --emit-facts '{}' '{FIXTURE}' '{}'; echo \"rc=$?\"",
+        dir.path().join("facts").display(),
+        big.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the analyzer on a terminal");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("65.00 MiB"), "{shown}");
+    assert!(shown.contains("rc=2"), "{shown}");
+    let error = shown
+        .split(['\r', '\n'])
+        .find(|line| line.contains("zeros.pcap: offset 0: not a capture"))
+        .expect("the unreadable input named");
+    assert!(!error.contains("MiB"), "{error:?}");
+}

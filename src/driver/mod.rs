@@ -56,8 +56,13 @@ use crate::report::{self, CoverageStats, InputProblem, Summary};
 pub trait Progress: Send + Sync {
     /// `bytes` more of the inputs were read.
     fn advance(&self, bytes: u64);
-    /// Every input is read; called before any message is written.
+    /// Every input is read; called before the report's messages are written.
     fn finish(&self);
+    /// Runs `write`, which writes messages while inputs are still being read, with the
+    /// display put aside so that the two do not share a line.
+    fn aside(&self, write: &mut dyn FnMut()) {
+        write();
+    }
 }
 
 impl std::fmt::Debug for dyn Progress {
@@ -2164,13 +2169,20 @@ pub fn map_run<W: Write + Send, E: Write>(
         let mut report = map_input(input, opts, &mut writer);
         report.messages.splice(0..0, warnings.iter().cloned());
         writer.end(&report.stats, &report.sessions, &report.messages);
-        for (is_error, text) in &report.messages {
-            writeln!(
-                err,
-                "{}: {text}",
-                if *is_error { "error" } else { "warning" }
-            )?;
+        let mut written = Ok(());
+        let mut write = || {
+            for (is_error, text) in &report.messages {
+                let kind = if *is_error { "error" } else { "warning" };
+                if written.is_ok() {
+                    written = writeln!(err, "{kind}: {text}");
+                }
+            }
+        };
+        match &opts.progress {
+            Some(bar) if !report.messages.is_empty() => bar.aside(&mut write),
+            _ => write(),
         }
+        written?;
         outcome.input_errors |= report.failed();
         if let Some(e) = writer.error.take() {
             return Err(e);
