@@ -655,3 +655,28 @@ fn a_replaced_connection_ended_late_gives_one_report_at_any_thread_count() {
         .collect();
     assert_eq!(views, [4, 1]);
 }
+
+/// The account for a person vouches only for what was read: an input cut short or not a
+/// capture at all says it was not read in full, where a whole one says nothing of the kind.
+#[test]
+fn the_text_account_says_which_inputs_were_not_read_in_full() {
+    let text = |name: &str| {
+        let out = Command::new(bin())
+            .args(["--format", "text"])
+            .arg(corpus_dir().join(name))
+            .output()
+            .expect("run the binary");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let nothing = text("bad-magic.pcap");
+    assert!(
+        nothing.contains("no resume and no finding in what was read; NOT read in full"),
+        "{nothing}"
+    );
+    let part = text("truncated-record-body.pcap");
+    assert!(part.contains("every resume correct"), "{part}");
+    assert!(part.contains("NOT read in full"), "{part}");
+    let whole = text("tcp-hole-then-64kb.pcap");
+    assert!(whole.contains("[capture_incomplete]"), "{whole}");
+    assert!(!whole.contains("NOT read in full"), "{whole}");
+}

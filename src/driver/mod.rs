@@ -2488,7 +2488,7 @@ fn write_report<W: Write, E: Write>(
         for (r, spool) in &mut reports {
             if let Some(notes) = spool.human.as_mut() {
                 report::files::with_files(spool.files.as_ref(), || {
-                    report::write_human_input(h, &r.input, notes)
+                    report::write_human_input(h, &r.input, notes, !r.failed())
                 })?;
             }
         }

@@ -1036,11 +1036,13 @@ fn verdict_style(v: Verdict) -> anstyle::Style {
 
 /// Writes, for a person, what went wrong in one input: per session, each resume that is not
 /// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
-/// then findings tied to no resume. Sessions where all is well are only counted.
+/// then findings tied to no resume. Sessions where all is well are only counted; an input not
+/// `read_in_full` says so, since its account covers only what was read.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
     notes: &mut HumanNotes,
+    read_in_full: bool,
 ) -> std::io::Result<()> {
     type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
     notes.resumes.sort_by_key(crate::audit::resume_order);
@@ -1172,8 +1174,15 @@ pub fn write_human_input<W: Write + ?Sized>(
             "{quiet} other session(s): every resume correct, nothing to report"
         )?;
     }
-    if notes.sessions.is_empty() {
-        writeln!(out, "no resume and no finding")?;
+    // An input that could not be read in full vouches only for what was read.
+    match (notes.sessions.is_empty(), read_in_full) {
+        (true, true) => writeln!(out, "no resume and no finding")?,
+        (true, false) => writeln!(
+            out,
+            "no resume and no finding in what was read; NOT read in full (its error says why)"
+        )?,
+        (false, false) => writeln!(out, "NOT read in full (its error says why)")?,
+        (false, true) => {}
     }
     Ok(())
 }
