@@ -665,7 +665,8 @@ pub fn pipeline(data: &[u8]) {
     spool.write_to(&mut spooled).expect("writing to memory");
     assert!(spooled == out, "the spool changed the report");
     if let Some(notes) = spool.human.as_mut() {
-        mcp_resume_audit::stages::write_human_input(&mut out, "fuzz-input", notes)
+        let whole = !report.failed();
+        mcp_resume_audit::stages::write_human_input(&mut out, "fuzz-input", notes, whole)
             .expect("writing to memory");
     }
 }
