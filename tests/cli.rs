@@ -183,20 +183,43 @@ fn named_pipes_and_devices_are_written_into_never_replaced() {
     assert!(null_type.is_char_device());
 }
 
-/// With standard error on a terminal, the progress bar is drawn by the threads that read the
-/// inputs: several inputs read at once must neither wait on one another for it nor on the
-/// messages' stream. The terminal is `script`'s (util-linux); the run is killed after two
-/// minutes, so a stalled one fails the test rather than hanging it.
-#[test]
-fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    // Past the size under which no bar is drawn; sparse, so nothing is written to the disk.
-    let big = dir.path().join("zeros.pcap");
+/// A file of 65 MiB of zeros in `dir`, past the size under which no progress bar is drawn, and
+/// not a capture; sparse, so nothing is written to the disk.
+fn sparse_non_capture(dir: &Path) -> std::path::PathBuf {
+    let big = dir.join("zeros.pcap");
     std::fs::File::create(&big)
         .and_then(|f| f.set_len(65 << 20))
         .expect("a sparse file");
-    let (report, wanted) = (dir.path().join("tty.jsonl"), dir.path().join("q.jsonl"));
+    big
+}
+
+/// Runs the analyzer with `args` on a terminal (`script`, from util-linux) and gives what the
+/// terminal showed, ending with `rc=` and the exit status. The run is killed after two
+/// minutes, so one that stalls fails its test rather than hanging it.
+fn on_a_terminal(args: &[&Path]) -> String {
     let bin = env!("CARGO_BIN_EXE_mcp-resume-audit");
+    let args: Vec<String> = args.iter().map(|a| format!("'{}'", a.display())).collect();
+    let command = format!(
+        "timeout -s KILL 120 '{bin}' {}; echo \"rc=$?\"",
+        args.join(" ")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the analyzer on a terminal");
+    text(&out.stdout)
+}
+
+/// With standard error on a terminal, the progress bar is drawn by the threads that read the
+/// inputs: several inputs read at once must neither wait on one another for it nor on the
+/// messages' stream.
+#[test]
+fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let big = sparse_non_capture(dir.path());
+    let (report, wanted) = (dir.path().join("tty.jsonl"), dir.path().join("q.jsonl"));
     let quiet = run(&[
         "-q",
         "-j2",
@@ -206,18 +229,13 @@ fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
         wanted.to_str().unwrap(),
     ]);
     assert_eq!(quiet.status.code(), Some(2), "{}", text(&quiet.stderr));
-    let command = format!(
-        "timeout -s KILL 120 '{bin}' -j2 '{}' '{FIXTURE}' -o '{}'; echo \"rc=$?\"",
-        big.display(),
-        report.display()
-    );
-    let out = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("script (util-linux) runs the analyzer on a terminal");
-    let shown = text(&out.stdout);
+    let shown = on_a_terminal(&[
+        Path::new("-j2"),
+        &big,
+        Path::new(FIXTURE),
+        Path::new("-o"),
+        &report,
+    ]);
     // The bar was drawn (its total), the unreadable input named, and the run ended as the
     // quiet one did, with the same report.
     assert!(shown.contains("65.00 MiB"), "{shown}");
@@ -237,24 +255,10 @@ fn the_progress_bar_over_several_inputs_read_at_once_lets_the_run_finish() {
 #[test]
 fn messages_during_the_run_do_not_share_the_progress_bar_line() {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let big = dir.path().join("zeros.pcap");
-    std::fs::File::create(&big)
-        .and_then(|f| f.set_len(65 << 20))
-        .expect("a sparse file");
-    let bin = env!("CARGO_BIN_EXE_mcp-resume-audit");
+    let big = sparse_non_capture(dir.path());
     // The fixture first: the bar is drawn when it is read, before the second input's error.
-    let command = format!(
-        "timeout -s KILL 120 '{bin}' --emit-facts '{}' '{FIXTURE}' '{}'; echo \"rc=$?\"",
-        dir.path().join("facts").display(),
-        big.display()
-    );
-    let out = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("script (util-linux) runs the analyzer on a terminal");
-    let shown = text(&out.stdout);
+    let facts = dir.path().join("facts");
+    let shown = on_a_terminal(&[Path::new("--emit-facts"), &facts, Path::new(FIXTURE), &big]);
     assert!(shown.contains("65.00 MiB"), "{shown}");
     assert!(shown.contains("rc=2"), "{shown}");
     let error = shown
