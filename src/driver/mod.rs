@@ -1837,7 +1837,7 @@ fn read_packets<'a, D: Dispatch>(
             }
             // Matched in place: moving the packet out of the result copied its addresses in
             // one wide load just after they were written in narrow stores, and the load
-            // waited for them (about 5% of a `-j2` run on the tiny mix).
+            // waited for them (3-5% of a `-j2` run on the tiny mix).
             match &decode::decode(packet.linktype, packet.data) {
                 Ok(tcp) => {
                     let msg = table.classify(tcp, mark, frame, |e| {
