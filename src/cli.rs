@@ -292,6 +292,7 @@ fn refuse_to_overwrite_an_input(
 }
 
 pub fn main() -> ExitCode {
+    stop_cleanly_on_signals();
     match real_main() {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
@@ -299,6 +300,55 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// On Ctrl-C (SIGINT), SIGTERM or SIGHUP, the temporary files of the reports being written are
+/// removed before the process ends as that signal would have ended it: each target stays as
+/// it was, and nothing is left beside it. The signals are taken over on the thread that
+/// answers them, and only once it runs (this waits for it): without it, they keep their
+/// default actions.
+fn stop_cleanly_on_signals() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    // One that is ignored stays so: `nohup` ignores SIGHUP, a shell ignores SIGINT for the jobs
+    // it runs in the background.
+    let taken_over: Vec<i32> = [SIGINT, SIGTERM, SIGHUP]
+        .into_iter()
+        .filter(|&s| !ignored(s))
+        .collect();
+    let (ready, taken) = std::sync::mpsc::sync_channel(1);
+    let watch = move || {
+        let signals = signal_hook::iterator::Signals::new(taken_over);
+        let _ = ready.send(());
+        let Ok(mut signals) = signals else {
+            return;
+        };
+        if let Some(signal) = signals.forever().next() {
+            mcp_resume_audit::ReportFile::remove_unfinished();
+            // Ends the process as the signal's default action does (its exit status says
+            // which signal); were that to fail, with the shell's status for it.
+            let _ = signal_hook::low_level::emulate_default_handler(signal);
+            std::process::exit(128 + signal);
+        }
+    };
+    if std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(watch)
+        .is_ok()
+    {
+        let _ = taken.recv();
+    }
+}
+
+/// Whether `signal` is ignored (its disposition `SIG_IGN`), as the process was started.
+fn ignored(signal: i32) -> bool {
+    // SAFETY: an all-zero `sigaction` is a valid value of that plain C struct; `sigaction` with
+    // a null new action changes nothing and only writes the current one into `old`, which
+    // points to a live, writable `sigaction` of the right type.
+    let old = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        (libc::sigaction(signal, std::ptr::null(), &mut old) == 0).then_some(old)
+    };
+    old.is_some_and(|o| o.sa_sigaction == libc::SIG_IGN)
 }
 
 /// `--emit-facts`: the map step, its facts written to `path` (replaced only at the end) or to

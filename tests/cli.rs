@@ -267,3 +267,106 @@ fn messages_during_the_run_do_not_share_the_progress_bar_line() {
         .expect("the unreadable input named");
     assert!(!error.contains("MiB"), "{error:?}");
 }
+
+/// Whether this process ignores `number`, as a run it starts does too (`SigIgn` of
+/// `/proc/self/status`): a shell ignores SIGINT in the jobs it runs in the background, `nohup`
+/// ignores SIGHUP.
+fn ignored_here(number: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| mask >> (number - 1) & 1 == 1)
+}
+
+/// Starts a run whose report replaces `target` (written first, with [`BEFORE`]) and that waits
+/// on standard input, never written, so that it is mid-run whatever the machine; `wrapper`
+/// runs it (`nohup`). Returns once its temporary report is beside the target.
+fn run_waiting(dir: &Path, target: &Path, wrapper: Option<&str>) -> std::process::Child {
+    std::fs::write(target, BEFORE).unwrap();
+    let bin = env!("CARGO_BIN_EXE_mcp-resume-audit");
+    let mut command = match wrapper {
+        Some(w) => {
+            let mut c = Command::new(w);
+            c.arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = command
+        .args(["-q", "-o", target.to_str().unwrap(), "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run the binary");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_dir(dir).unwrap().count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no temporary report");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child
+}
+
+const BEFORE: &[u8] = b"the report before\n";
+
+fn send(signal: &str, child: &std::process::Child) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+}
+
+/// A run stopped by a signal while its report is being written leaves the target as it was and
+/// nothing beside it (no temporary file), and ends as the signal ends a process. A signal this
+/// test's process ignores (and so the run, from it) is left ignored: the run goes on.
+#[test]
+fn a_run_stopped_by_a_signal_leaves_nothing_beside_its_report() {
+    use std::os::unix::process::ExitStatusExt;
+    for (signal, number) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let target = dir.path().join("report.jsonl");
+        let mut child = run_waiting(dir.path(), &target, None);
+        // Held open while the run is waited for (`wait` would close it: an end of input).
+        let _input = child.stdin.take();
+        send(signal, &child);
+        if ignored_here(number as u32) {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(child.try_wait().unwrap().is_none(), "SIG{signal} ignored");
+            child.kill().unwrap();
+            child.wait().unwrap();
+            continue;
+        }
+        let status = child.wait().expect("the run ends");
+        assert_eq!(status.signal(), Some(number), "SIG{signal}: {status:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["report.jsonl"], "SIG{signal}");
+        assert!(
+            std::fs::read(&target).unwrap() == BEFORE,
+            "SIG{signal}: the target changed"
+        );
+    }
+}
+
+/// Under `nohup` a hang-up does not stop the run: the signal it ignores stays ignored.
+#[test]
+fn a_run_under_nohup_outlives_a_hang_up() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let target = dir.path().join("report.jsonl");
+    let mut child = run_waiting(dir.path(), &target, Some("nohup"));
+    let input = child.stdin.take();
+    send("HUP", &child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "stopped by SIGHUP");
+    // Its input ends, empty (not a capture): the run finishes as such a run does, its report
+    // in place of the old one and nothing left beside it.
+    drop(input);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{status:?}");
+    assert_ne!(std::fs::read(&target).unwrap(), BEFORE);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

@@ -7,10 +7,38 @@
 //! Invariants: a path that exists and is not a regular file (`/dev/null`, `/dev/stdout`, a
 //! named pipe, a terminal) is opened and written, never renamed over: a rename would put a
 //! file where the device or pipe was, and the reader at the other end would get nothing.
+//! The temporary files being written are listed, so that a run stopped by a signal removes
+//! them ([`ReportFile::remove_unfinished`]) rather than leave them beside the targets.
 
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The temporary files of the reports being written, by path.
+static UNFINISHED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A temporary file's place in [`UNFINISHED`], for as long as it is being written.
+pub struct Listed(PathBuf);
+
+impl Listed {
+    fn new(path: &Path) -> Self {
+        if let Ok(mut list) = UNFINISHED.lock() {
+            list.push(path.to_path_buf());
+        }
+        Listed(path.to_path_buf())
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let Ok(mut list) = UNFINISHED.lock()
+            && let Some(at) = list.iter().position(|p| *p == self.0)
+        {
+            list.swap_remove(at);
+        }
+    }
+}
 
 /// Whether `path` names something that exists and is not a regular file (symbolic links
 /// followed): the report is then written into it, not renamed over it.
@@ -21,7 +49,7 @@ fn written_in_place(path: &Path) -> bool {
 /// A report file being written.
 pub enum ReportFile {
     /// Written under a temporary name beside the target, renamed over it by [`Self::finish`].
-    Replacing(tempfile::NamedTempFile, PathBuf),
+    Replacing(tempfile::NamedTempFile, PathBuf, Listed),
     /// The target itself: a device, a pipe or a terminal.
     InPlace(File),
 }
@@ -42,13 +70,24 @@ impl ReportFile {
         };
         let tmp = tempfile::NamedTempFile::new_in(dir)
             .map_err(|e| named(e, "cannot create a file in", dir))?;
-        Ok(ReportFile::Replacing(tmp, path.to_path_buf()))
+        let listed = Listed::new(tmp.path());
+        Ok(ReportFile::Replacing(tmp, path.to_path_buf(), listed))
+    }
+
+    /// Removes the temporary files of every report still being written: for a run that is
+    /// being stopped, which leaves each target as it was and nothing beside it.
+    pub fn remove_unfinished() {
+        if let Ok(list) = UNFINISHED.lock() {
+            for path in list.iter() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
     }
 
     /// The file to write the report into.
     pub fn file_mut(&mut self) -> &mut File {
         match self {
-            ReportFile::Replacing(tmp, _) => tmp.as_file_mut(),
+            ReportFile::Replacing(tmp, _, _) => tmp.as_file_mut(),
             ReportFile::InPlace(f) => f,
         }
     }
@@ -57,7 +96,9 @@ impl ReportFile {
     /// target written in place.
     pub fn finish(self) -> io::Result<()> {
         match self {
-            ReportFile::Replacing(tmp, path) => tmp
+            // Listed until renamed: a signal in between finds the file under one name or
+            // the other, and the rename is not undone.
+            ReportFile::Replacing(tmp, path, _listed) => tmp
                 .persist(&path)
                 .map(drop)
                 .map_err(|e| named(e.error, "cannot write", &path)),
