@@ -11,8 +11,8 @@
 # Callgrind runs a program some 50 times slower: captures of 16 to 64 MiB are the right size
 # (`gen-capture --size 32MiB`). Threads are named by the order the analyzer starts them: with
 # `-j1` one thread does everything; with `-jN` the reader (the main thread), then the session
-# stage, then the N workers. Both builds must write the same report: the script says when they
-# differ.
+# stage, then the N workers; the thread that answers signals starts second, and idles. Both
+# builds must write the same report: the script says when they differ.
 #
 # Same build against itself: the reader's and the workers' counts agree within 0.1%; the session
 # stage's within about 1.5%, as how the workers' events are handed over in time varies.
@@ -53,16 +53,18 @@ count() {
     rm -f "$TMP/$side.cg"*
 }
 
+# The main thread first, then the one that answers signals (started before anything is read),
+# then, with -j2 and more, the session stage and the workers.
 name() {
     local i=$1 j=$2
-    if [[ $j == 1 ]]; then
-        echo "all"
-    elif [[ $i == 0 ]]; then
-        echo "reader"
+    if [[ $i == 0 ]]; then
+        [[ $j == 1 ]] && echo "all" || echo "reader"
     elif [[ $i == 1 ]]; then
+        echo "signals"
+    elif [[ $i == 2 ]]; then
         echo "sessions"
     else
-        echo "worker $((i - 2))"
+        echo "worker $((i - 3))"
     fi
 }
 
