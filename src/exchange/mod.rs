@@ -17,7 +17,6 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::mem::ManuallyDrop;
 
 use crate::app::jsonrpc::{self, RpcFact};
 use crate::app::sse::{EventSink, SseEvent, SseParser};
@@ -153,22 +152,11 @@ pub struct ResumeRecord {
 
 /// The first `FACTS_HEAD` and the last `FACTS_TAIL` items pushed; the ones between are
 /// counted in `dropped`.
-///
-/// The tail's items hold nothing on the heap ([`Tailed::for_tail`] lets go of what they
-/// did), so the oldest is overwritten without being read: one stream among thousands, its
-/// slot is seldom in the cache, and reading it to drop it made each push wait on memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeadTail<T> {
     head: Vec<T>,
-    tail: VecDeque<ManuallyDrop<T>>,
+    tail: VecDeque<T>,
     pub dropped: u64,
-}
-
-/// An item of a [`HeadTail`].
-pub trait Tailed {
-    /// The item as the tail keeps it: without anything on the heap, which the tail would
-    /// never free.
-    fn for_tail(self) -> Self;
 }
 
 impl<T> Default for HeadTail<T> {
@@ -181,10 +169,7 @@ impl<T> Default for HeadTail<T> {
     }
 }
 
-impl<T: Tailed> HeadTail<T> {
-    /// Compiled into its caller, so that the item is written where it goes rather than
-    /// built aside and copied (a copy that read back the caller's narrow stores, and waited).
-    #[inline(always)]
+impl<T> HeadTail<T> {
     pub fn push(&mut self, item: T) {
         if self.head.len() < FACTS_HEAD {
             if self.head.capacity() == 0 {
@@ -199,11 +184,9 @@ impl<T: Tailed> HeadTail<T> {
         } else if self.tail.capacity() == 0 {
             self.tail.reserve_exact(FACTS_TAIL);
         }
-        self.tail.push_back(ManuallyDrop::new(item.for_tail()));
+        self.tail.push_back(item);
     }
-}
 
-impl<T> HeadTail<T> {
     /// Gives back the room a short stream did not use.
     pub fn shrink(&mut self) {
         self.head.shrink_to_fit();
@@ -212,7 +195,7 @@ impl<T> HeadTail<T> {
 
     /// Kept items in the order they were pushed.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + Clone {
-        self.head.iter().chain(self.tail.iter().map(|t| &**t))
+        self.head.iter().chain(self.tail.iter())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -222,19 +205,6 @@ impl<T> HeadTail<T> {
     /// The next item pushed goes to the head, which is never dropped.
     pub fn head_has_room(&self) -> bool {
         self.head.len() < FACTS_HEAD
-    }
-}
-
-impl Tailed for IdFact {
-    /// Only the head's facts keep their text (the ones findings quote).
-    fn for_tail(self) -> Self {
-        IdFact { text: None, ..self }
-    }
-}
-
-impl Tailed for ContentFact {
-    fn for_tail(self) -> Self {
-        self
     }
 }
 
@@ -2368,45 +2338,6 @@ pub fn is_integer_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The head keeps the first facts whole; the tail the last ones, without their texts
-    /// (it overwrites its oldest without freeing anything), and counts the ones between.
-    #[test]
-    fn a_stream_keeps_its_first_facts_whole_and_its_last_without_text() {
-        let mut facts = HeadTail::default();
-        let n = (FACTS_HEAD + FACTS_TAIL + 5) as u64;
-        for i in 0..n {
-            facts.push(IdFact {
-                hash: i,
-                mark: Mark::new(i + 1, 0),
-                event: i,
-                id_index: i,
-                priming: false,
-                integer: true,
-                start: Mark::new(i + 1, 0),
-                key: 0,
-                key_len: 0,
-                text: Some(i.to_string().into_boxed_str()),
-            });
-        }
-        let kept: Vec<(u64, Option<&str>)> = facts
-            .iter()
-            .map(|f| (f.id_index, f.text.as_deref()))
-            .collect();
-        let head: Vec<(u64, Option<String>)> = (0..FACTS_HEAD as u64)
-            .map(|i| (i, Some(i.to_string())))
-            .collect();
-        let tail: Vec<(u64, Option<String>)> =
-            (n - FACTS_TAIL as u64..n).map(|i| (i, None)).collect();
-        let want: Vec<(u64, Option<&str>)> = head
-            .iter()
-            .chain(&tail)
-            .map(|(i, t)| (*i, t.as_deref()))
-            .collect();
-        assert_eq!(kept, want);
-        assert_eq!(facts.dropped, 5);
-        assert_eq!(facts.iter().next_back().map(|f| f.hash), Some(n - 1));
-    }
 
     /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
     /// made once and updated in place) once one does not.
