@@ -338,9 +338,17 @@ impl FrameReader {
                     padding,
                 } => {
                     if *remaining == 0 {
+                        let (header, padding) = (*header, *padding);
+                        // Most frames have no padding: they end here. The header is not
+                        // moved to the next state only to be read back from it at once (a
+                        // read that waited for the writes just made).
+                        if padding == 0 {
+                            self.state = header_state();
+                            return (used, Some(FrameEvent::End(header)));
+                        }
                         self.state = ReadState::Padding {
-                            header: *header,
-                            remaining: *padding,
+                            header,
+                            remaining: padding,
                         };
                         continue;
                     }
