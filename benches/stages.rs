@@ -189,7 +189,7 @@ fn stage() -> Staged {
         let mark = Mark::new(n as u64 + 1, n as i64 * 20_000);
         let k = *index.entry(key).or_insert_with(|| {
             connections.push(Connection {
-                from_start: p.flags.syn && !p.flags.ack,
+                from_start: p.flags.syn() && !p.flags.ack(),
                 segments: Vec::new(),
                 last: mark,
             });

@@ -62,12 +62,7 @@ fn seg(seq: u32, flags: TcpFlags, payload: &[u8], frame: u64) -> TcpSegment<'_> 
     }
 }
 
-const ACK: TcpFlags = TcpFlags {
-    syn: false,
-    ack: true,
-    fin: false,
-    rst: false,
-};
+const ACK: TcpFlags = TcpFlags::new(false, true, false, false);
 
 /// A stream, the captured pieces of it as (start, end) ranges in capture order, and the ISN.
 fn cut_stream() -> impl Strategy<Value = (Vec<u8>, Vec<(usize, usize)>, u32)> {
@@ -114,10 +109,7 @@ fn shuffle<T>(items: &mut [T], seed: u64) {
 fn reassemble(stream: &[u8], ranges: &[(usize, usize)], isn: u32) -> Received {
     let mut conn = TcpConnection::new(&Limits::default());
     let mut sink = Both::default();
-    let syn = TcpFlags {
-        syn: true,
-        ..TcpFlags::default()
-    };
+    let syn = TcpFlags::new(true, false, false, false);
     conn.segment(Direction::Forward, &seg(isn, syn, &[], 1), &mut sink);
     let first = isn.wrapping_add(1);
     for (i, &(a, b)) in ranges.iter().enumerate() {
@@ -128,7 +120,7 @@ fn reassemble(stream: &[u8], ranges: &[(usize, usize)], isn: u32) -> Received {
             &mut sink,
         );
     }
-    let fin = TcpFlags { fin: true, ..ACK };
+    let fin = ACK.with_fin(true);
     let end_seq = first.wrapping_add(stream.len() as u32);
     let frame = ranges.len() as u64 + 2;
     conn.segment(

@@ -118,10 +118,10 @@ fn encode_tcp(segs: &[Seg]) -> Vec<u8> {
             (seq_off, ack_off)
         };
         let mut b0 = s.dir.index() as u8;
-        b0 |= u8::from(s.flags.syn) << 1;
-        b0 |= u8::from(s.flags.ack) << 2;
-        b0 |= u8::from(s.flags.fin) << 3;
-        b0 |= u8::from(s.flags.rst) << 4;
+        b0 |= u8::from(s.flags.syn()) << 1;
+        b0 |= u8::from(s.flags.ack()) << 2;
+        b0 |= u8::from(s.flags.fin()) << 3;
+        b0 |= u8::from(s.flags.rst()) << 4;
         b0 |= u8::from(far) << 5;
         out.push(b0);
         out.extend_from_slice(&(seq_off as u16).to_le_bytes());
@@ -194,7 +194,7 @@ fn seed_from(out: &Path, path: &Path) -> std::io::Result<u64> {
             tcp.segment(s.dir, &seg, &mut rec);
         }
         tcp.finish(StreamEnd::CaptureEnd, Mark::default(), &mut rec);
-        let from_start = segs.first().is_some_and(|s| s.flags.syn);
+        let from_start = segs.first().is_some_and(|s| s.flags.syn());
         let steps = borrowed(&rec.steps);
         // Head limit selector 8: 256 << 8 = 64 KiB, the default.
         let transcript = Transcript::encode([u8::from(from_start) | 0x54, 8], &steps);

@@ -187,18 +187,22 @@ pub fn tcp_reassembly(data: &[u8]) {
         } else {
             Direction::Reverse
         };
-        let flags = TcpFlags {
-            syn: rec[0] & 2 != 0,
-            ack: rec[0] & 4 != 0,
-            fin: rec[0] & 8 != 0,
-            rst: rec[0] & 16 != 0,
-        };
+        let flags = TcpFlags::new(
+            rec[0] & 2 != 0,
+            rec[0] & 4 != 0,
+            rec[0] & 8 != 0,
+            rec[0] & 16 != 0,
+        );
         let shift = if rec[0] & 32 != 0 { 16 } else { 0 };
         let seq_off = u32::from(u16::from_le_bytes([rec[1], rec[2]])) << shift;
         let ack_off = u32::from(u16::from_le_bytes([rec[3], rec[4]])) << shift;
         let seq = base[dir.index()].wrapping_add(seq_off);
         let ack = base[dir.other().index()].wrapping_add(ack_off);
-        let first_byte_seq = if flags.syn { seq.wrapping_add(1) } else { seq };
+        let first_byte_seq = if flags.syn() {
+            seq.wrapping_add(1)
+        } else {
+            seq
+        };
         payload.clear();
         payload.extend((0..u32::from(rec[5])).map(|i| first_byte_seq.wrapping_add(i) as u8));
         let seg = TcpSegment {

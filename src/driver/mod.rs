@@ -853,7 +853,7 @@ impl Shard {
                 limits: &self.limits,
                 keys: &self.keys,
             },
-            rst_from: m.flags.rst.then_some(m.dir),
+            rst_from: m.flags.rst().then_some(m.dir),
             app: &mut c.app,
             tracker: &mut c.tracker,
             first: &mut c.first,

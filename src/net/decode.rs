@@ -40,7 +40,7 @@ pub struct TcpPacket<'a> {
     pub dst: Endpoint,
     /// Sequence number of the first payload byte (of the SYN itself on a SYN).
     pub seq: u32,
-    /// Acknowledgment number (meaningful when `flags.ack`).
+    /// Acknowledgment number (meaningful when `flags.ack()`).
     pub ack: u32,
     /// The control bits.
     pub flags: TcpFlags,
@@ -282,12 +282,7 @@ fn segment<'a>(src: IpAddr, dst: IpAddr, th: &[u8; 20], payload: &'a [u8]) -> Tc
         },
         seq: word(4),
         ack: word(8),
-        flags: TcpFlags {
-            fin: flags & 0x01 != 0,
-            syn: flags & 0x02 != 0,
-            rst: flags & 0x04 != 0,
-            ack: flags & 0x10 != 0,
-        },
+        flags: TcpFlags::from_header_byte(flags),
         payload,
     }
 }
@@ -316,12 +311,7 @@ fn tcp_in_ip_general(ip: &[u8]) -> Result<TcpPacket<'_>, Skip> {
         },
         seq: tcp.sequence_number(),
         ack: tcp.acknowledgment_number(),
-        flags: TcpFlags {
-            syn: tcp.syn(),
-            ack: tcp.ack(),
-            fin: tcp.fin(),
-            rst: tcp.rst(),
-        },
+        flags: TcpFlags::new(tcp.syn(), tcp.ack(), tcp.fin(), tcp.rst()),
         payload: tcp.payload(),
     })
 }
@@ -346,7 +336,7 @@ mod tests {
         assert_eq!(p.dst.to_string(), "10.0.0.2:8080");
         assert_eq!(p.seq, 1000);
         assert_eq!(p.ack, 77);
-        assert!(p.flags.ack && !p.flags.syn && !p.flags.fin && !p.flags.rst);
+        assert!(p.flags.ack() && !p.flags.syn() && !p.flags.fin() && !p.flags.rst());
         assert_eq!(p.payload, payload);
     }
 

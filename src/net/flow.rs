@@ -147,7 +147,7 @@ impl Flow {
             }
         };
         let seq = near(self.next_seq(d), p.seq)?;
-        let ack = if p.flags.ack {
+        let ack = if p.flags.ack() {
             near(self.next_seq(1 - d), p.ack)?
         } else {
             None
@@ -163,7 +163,7 @@ impl Flow {
     /// connection's on the same ports whose handshake the capture lost or holds later.
     fn past_peer_fin(&self, p: &decode::TcpPacket<'_>, src_is_lo: bool) -> bool {
         let peer = 1 - self.dir(src_is_lo).index();
-        p.flags.ack
+        p.flags.ack()
             && self.fin(peer)
             && self
                 .next_seq(peer)
@@ -191,7 +191,7 @@ impl Flow {
         }
         let len = u32::try_from(p.payload.len())
             .unwrap_or(u32::MAX)
-            .saturating_add(u32::from(p.flags.syn) + u32::from(p.flags.fin));
+            .saturating_add(u32::from(p.flags.syn()) + u32::from(p.flags.fin()));
         let end = p.seq.wrapping_add(len);
         if self
             .next_seq(d)
@@ -200,10 +200,10 @@ impl Flow {
             self.next_seq[d] = end;
             self.bits |= Flow::NEXT_SEQ << d;
         }
-        if p.flags.fin {
+        if p.flags.fin() {
             self.bits |= Flow::FIN << d;
         }
-        if p.flags.rst {
+        if p.flags.rst() {
             self.bits |= Flow::RST;
         }
         self.last_seen_ns = self.last_seen_ns.max(mark.time_ns);
@@ -469,7 +469,7 @@ impl FlowTable {
         mut events: impl FnMut(FlowEvent),
     ) -> FlowPacket {
         let (key, src_is_lo) = flow_key(&p.src, &p.dst);
-        let new_syn = p.flags.syn && !p.flags.ack;
+        let new_syn = p.flags.syn() && !p.flags.ack();
         if !self.replaced.is_empty()
             && let Some(msg) =
                 self.take_into_replaced(&key, p, src_is_lo, mark, packet_no, &mut events)
@@ -484,8 +484,8 @@ impl FlowTable {
                     || starts_elsewhere(f.base_seq(usize::from(src_is_lo != f.forward_is_lo())), p)))
             // A SYN-ACK starts its sender's sequence numbers: at another number than the
             // first packet seen from that side, it answers a new SYN (one the capture lost).
-            && !(p.flags.syn
-                && p.flags.ack
+            && !(p.flags.syn()
+                && p.flags.ack()
                 && starts_elsewhere(f.base_seq(usize::from(src_is_lo != f.forward_is_lo())), p))
             && !f.past_peer_fin(p, src_is_lo)
         {
@@ -537,7 +537,7 @@ impl FlowTable {
             return None;
         }
         // A SYN or SYN-ACK belongs to the new handshake.
-        if p.flags.syn {
+        if p.flags.syn() {
             return None;
         }
         let old = r.flow.distance(p, src_is_lo)?;
@@ -635,12 +635,7 @@ mod tests {
     }
 
     fn flags(syn: bool, ack: bool, fin: bool) -> TcpFlags {
-        TcpFlags {
-            syn,
-            ack,
-            fin,
-            rst: false,
-        }
+        TcpFlags::new(syn, ack, fin, false)
     }
 
     /// A packet of a test: source, destination, sequence and acknowledgment numbers, flags,

@@ -42,17 +42,79 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::record::{Direction, Limits, Mark, StreamEnd, StreamSink};
 
-/// Control bits of a TCP header that reassembly looks at.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpFlags {
+/// Control bits of a TCP header that reassembly looks at, kept as the header's flags byte
+/// holds them. One byte rather than four flags: the reader copies a decoded packet's flags
+/// right after the decoder wrote them, and a four-byte read of four one-byte writes waited
+/// until they reached the cache.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpFlags(u8);
+
+impl TcpFlags {
+    const FIN: u8 = 0x01;
+    const SYN: u8 = 0x02;
+    const RST: u8 = 0x04;
+    const ACK: u8 = 0x10;
+
+    /// The four bits of a TCP header's flags byte (its 14th) that matter here.
+    pub const fn from_header_byte(byte: u8) -> TcpFlags {
+        TcpFlags(byte & (Self::FIN | Self::SYN | Self::RST | Self::ACK))
+    }
+
+    /// The flags with each of the four bits set or not.
+    pub const fn new(syn: bool, ack: bool, fin: bool, rst: bool) -> TcpFlags {
+        TcpFlags(
+            (syn as u8 * Self::SYN)
+                | (ack as u8 * Self::ACK)
+                | (fin as u8 * Self::FIN)
+                | (rst as u8 * Self::RST),
+        )
+    }
+
     /// SYN: opens a direction.
-    pub syn: bool,
+    pub const fn syn(self) -> bool {
+        self.0 & Self::SYN != 0
+    }
+
     /// ACK: the acknowledgment number is valid.
-    pub ack: bool,
+    pub const fn ack(self) -> bool {
+        self.0 & Self::ACK != 0
+    }
+
     /// FIN: the sender closed its direction.
-    pub fin: bool,
+    pub const fn fin(self) -> bool {
+        self.0 & Self::FIN != 0
+    }
+
     /// RST: the connection was reset.
-    pub rst: bool,
+    pub const fn rst(self) -> bool {
+        self.0 & Self::RST != 0
+    }
+
+    /// ACK, and neither SYN, FIN nor RST.
+    pub const fn ack_alone(self) -> bool {
+        self.0 == Self::ACK
+    }
+
+    /// The same flags with ACK set or cleared.
+    pub const fn with_ack(self, ack: bool) -> TcpFlags {
+        TcpFlags::new(self.syn(), ack, self.fin(), self.rst())
+    }
+
+    /// The same flags with FIN set or cleared.
+    pub const fn with_fin(self, fin: bool) -> TcpFlags {
+        TcpFlags::new(self.syn(), self.ack(), fin, self.rst())
+    }
+}
+
+impl std::fmt::Debug for TcpFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpFlags")
+            .field("syn", &self.syn())
+            .field("ack", &self.ack())
+            .field("fin", &self.fin())
+            .field("rst", &self.rst())
+            .finish()
+    }
 }
 
 /// One captured TCP segment of a connection.
@@ -294,7 +356,7 @@ impl HalfStream {
         if self.ended {
             return;
         }
-        let data_seq = if seg.flags.syn {
+        let data_seq = if seg.flags.syn() {
             if self.started {
                 // A retransmitted SYN (or a late one after the SYN-ACK anchored this side).
                 return;
@@ -304,7 +366,7 @@ impl HalfStream {
             first
         } else {
             if !self.started {
-                if seg.payload.is_empty() && !seg.flags.fin {
+                if seg.payload.is_empty() && !seg.flags.fin() {
                     self.pre
                         .get_or_insert_with(Default::default)
                         .anchor
@@ -335,7 +397,7 @@ impl HalfStream {
         };
         let start = self.position(data_seq);
         let end = start + seg.payload.len() as i128;
-        if seg.flags.fin {
+        if seg.flags.fin() {
             self.set_fin(end, seg.mark);
         }
         self.accept(start, seg.payload, seg.mark, sink);
@@ -770,7 +832,7 @@ impl TcpConnection {
     pub fn segment<S: StreamSink>(&mut self, dir: Direction, seg: &TcpSegment<'_>, sink: &mut S) {
         if !self.any_seen {
             self.any_seen = true;
-            self.first_was_syn = seg.flags.syn;
+            self.first_was_syn = seg.flags.syn();
         }
         self.segments += 1;
         for half in &mut self.halves {
@@ -784,7 +846,7 @@ impl TcpConnection {
             Direction::Reverse => (reverse, forward),
         };
         if seg.payload.is_empty()
-            && !(seg.flags.syn || seg.flags.fin || seg.flags.rst)
+            && !(seg.flags.syn() || seg.flags.fin() || seg.flags.rst())
             && this.started
             && !this.ended
             && self.unseen_said[d] != Some(this.next)
@@ -802,14 +864,14 @@ impl TcpConnection {
                 sink.sent_unseen(dir, seg.mark);
             }
         }
-        if seg.flags.ack {
-            if seg.flags.syn && !other.started && !other.ended {
+        if seg.flags.ack() {
+            if seg.flags.syn() && !other.started && !other.ended {
                 // A SYN-ACK acknowledges exactly the peer's SYN: the peer's data starts there.
                 other.start_at(seg.ack, true);
             }
             other.on_ack(seg.ack, seg.mark, sink);
         }
-        if seg.flags.rst {
+        if seg.flags.rst() {
             // The receiver discards everything on RST; the payload of a RST is not stream data.
             self.release(usize::MAX, seg.mark, sink);
             let [forward, reverse] = &mut self.halves;
@@ -831,8 +893,8 @@ impl TcpConnection {
             other.flush_and_end(StreamEnd::Rst, seg.mark, sink);
             return;
         }
-        let carries = !seg.payload.is_empty() || seg.flags.fin;
-        let needs = (seg.flags.ack && other.started && !other.ended && !this.ended)
+        let carries = !seg.payload.is_empty() || seg.flags.fin();
+        let needs = (seg.flags.ack() && other.started && !other.ended && !this.ended)
             .then(|| other.position(seg.ack))
             .and_then(|p| u64::try_from(p).ok())
             .unwrap_or(0);
@@ -845,7 +907,7 @@ impl TcpConnection {
         let other = &self.halves[o];
         let cost = seg.payload.len().saturating_add(PIECE_COST_BYTES);
         let hold = carries
-            && !seg.flags.syn
+            && !seg.flags.syn()
             && self.held.is_empty(o)
             && (!self.held.is_empty(d) || needs > other.next)
             && self.held_cost.saturating_add(cost) <= self.halves[0].max_pending_cost;
@@ -895,11 +957,7 @@ impl TcpConnection {
     /// with its FIN at its delivered end cannot be: every segment ends it then.
     #[inline]
     pub fn quiet_ack(&mut self, dir: Direction, seg: &TcpSegment<'_>) -> bool {
-        let f = seg.flags;
-        if !f.ack
-            || f.syn
-            || f.fin
-            || f.rst
+        if !seg.flags.ack_alone()
             || !seg.payload.is_empty()
             || !self.held.is_empty(0)
             || !self.held.is_empty(1)
@@ -992,10 +1050,7 @@ impl TcpConnection {
             let seg = TcpSegment {
                 seq: h.seq,
                 ack: 0,
-                flags: TcpFlags {
-                    ack: false,
-                    ..h.flags
-                },
+                flags: h.flags.with_ack(false),
                 payload: &h.payload,
                 mark: h.mark,
             };
@@ -1147,12 +1202,12 @@ mod tests {
     }
 
     fn flags(spec: &str) -> TcpFlags {
-        TcpFlags {
-            syn: spec.contains('S'),
-            ack: spec.contains('A'),
-            fin: spec.contains('F'),
-            rst: spec.contains('R'),
-        }
+        TcpFlags::new(
+            spec.contains('S'),
+            spec.contains('A'),
+            spec.contains('F'),
+            spec.contains('R'),
+        )
     }
 
     fn data(bytes: &[u8]) -> Event {
