@@ -1115,6 +1115,32 @@ mod tests {
     use Direction::{Forward, Reverse};
     use proptest::prelude::*;
 
+    /// The flags byte as a header carries it: the four bits read, the others (PSH, URG, ECE,
+    /// CWR) ignored, so that an acknowledgment with PSH set is still an acknowledgment alone.
+    #[test]
+    fn flags_read_from_the_header_byte() {
+        let psh_ack = TcpFlags::from_header_byte(0x18);
+        assert!(psh_ack.ack() && psh_ack.ack_alone());
+        assert!(!(psh_ack.syn() || psh_ack.fin() || psh_ack.rst()));
+        let syn_ack = TcpFlags::from_header_byte(0x12 | 0xc0);
+        assert!(syn_ack.syn() && syn_ack.ack() && !syn_ack.ack_alone());
+        assert_eq!(syn_ack, TcpFlags::new(true, true, false, false));
+        let fin_rst = TcpFlags::from_header_byte(0x05);
+        assert!(fin_rst.fin() && fin_rst.rst() && !fin_rst.ack());
+        assert_eq!(
+            fin_rst.with_ack(true).with_fin(false),
+            TcpFlags::from_header_byte(0x14)
+        );
+        for byte in 0..=u8::MAX {
+            let f = TcpFlags::from_header_byte(byte);
+            assert_eq!(
+                f,
+                TcpFlags::new(f.syn(), f.ack(), f.fin(), f.rst()),
+                "{byte:#04x}"
+            );
+        }
+    }
+
     #[derive(Clone, Debug, PartialEq, Eq)]
     enum Event {
         Data(Vec<u8>),
