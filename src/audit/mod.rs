@@ -1046,30 +1046,65 @@ struct Live {
     held: usize,
 }
 
-/// The sessions held, by id.
-type LiveMap = hashbrown::HashMap<Arc<str>, Live, foldhash::quality::RandomState>;
+/// The slot of each session held, by id.
+type LiveMap = hashbrown::HashMap<Arc<str>, usize, foldhash::quality::RandomState>;
 
-/// The session `sid` of `live`, made when it is new: one lookup (the session stage makes one
-/// per exchange begun and per exchange ended, and a reconnect storm's are most of its work).
-fn live_session<'m>(live: &'m mut LiveMap, sid: &str) -> &'m mut Live {
-    match live.entry_ref(sid) {
-        hashbrown::hash_map::EntryRef::Occupied(o) => o.into_mut(),
-        hashbrown::hash_map::EntryRef::Vacant(v) => {
-            let name: Arc<str> = Arc::from(sid);
-            v.insert_with_key(
-                name.clone(),
-                Live {
-                    name,
+/// The sessions held, each in a slot that stays its own while it is held. The open exchanges
+/// and the idle order name a session by its slot: finding it again takes no lookup of its id,
+/// and keeping it named no count of references (each count changed is a locked instruction,
+/// which waits for every store before it: a reconnect storm's stage made four an exchange).
+#[derive(Default)]
+struct Sessions {
+    ids: LiveMap,
+    slots: Vec<Live>,
+    /// Slots no session holds; their [`Live`] is the default, never idle.
+    free: Vec<usize>,
+}
+
+impl Sessions {
+    /// Sessions held.
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The slot of session `sid`, made when it is new: one lookup.
+    fn slot(&mut self, sid: &str) -> usize {
+        match self.ids.entry_ref(sid) {
+            hashbrown::hash_map::EntryRef::Occupied(o) => *o.get(),
+            hashbrown::hash_map::EntryRef::Vacant(v) => {
+                let name: Arc<str> = Arc::from(sid);
+                let live = Live {
+                    name: name.clone(),
                     ..Live::default()
-                },
-            )
+                };
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.slots[slot] = live;
+                        slot
+                    }
+                    None => {
+                        self.slots.push(live);
+                        self.slots.len() - 1
+                    }
+                };
+                v.insert_with_key(name, slot);
+                slot
+            }
         }
+    }
+
+    /// Lets the session of `slot` go: its slot is free for the next new one.
+    fn remove(&mut self, slot: usize) -> Live {
+        let l = std::mem::take(&mut self.slots[slot]);
+        self.ids.remove(&*l.name);
+        self.free.push(slot);
+        l
     }
 }
 
-/// Moves `l` to the end of the idle order, as of event count `seq` (or out of it, while it has
-/// open exchanges). True when an entry was added to `idle`.
-fn touch_live(seq: u64, idle: &mut VecDeque<(u64, Arc<str>)>, l: &mut Live) -> bool {
+/// Moves the session of `slot`, `l`, to the end of the idle order, as of event count `seq` (or
+/// out of it, while it has open exchanges). True when an entry was added to `idle`.
+fn touch_live(seq: u64, slot: usize, idle: &mut VecDeque<(u64, usize)>, l: &mut Live) -> bool {
     let was = l.idle_at.take();
     if l.open > 0 {
         return false;
@@ -1079,12 +1114,12 @@ fn touch_live(seq: u64, idle: &mut VecDeque<(u64, Arc<str>)>, l: &mut Live) -> b
     // after the other) keeps its entry.
     if let Some(back) = idle.back_mut()
         && was == Some(back.0)
-        && Arc::ptr_eq(&back.1, &l.name)
+        && back.1 == slot
     {
         back.0 = seq;
         return false;
     }
-    idle.push_back((seq, l.name.clone()));
+    idle.push_back((seq, slot));
     true
 }
 
@@ -1108,15 +1143,18 @@ pub struct Stage {
     retention: Retention,
     /// Keyed by session ids a peer chose: a seeded hasher (foldhash), not SipHash, which was
     /// a few percent of a reconnect storm's time.
-    live: LiveMap,
+    sessions: Sessions,
     /// Sessions without an open exchange, least recently active first (by the count of
     /// events taken when they were last active). An entry whose count is no longer its
     /// session's `idle_at` is stale and skipped: a session touched again is pushed anew
     /// rather than taken out (a tree kept in order cost a storm of reconnects a few percent),
-    /// and the queue is compacted when stale entries outnumber the sessions.
-    idle: VecDeque<(u64, Arc<str>)>,
-    /// Open exchanges by (connection, exchange), and their session.
-    open: HashMap<(u64, u32), Arc<str>, rustc_hash::FxBuildHasher>,
+    /// and the queue is compacted when stale entries outnumber the sessions. Sessions by slot:
+    /// an entry whose slot was let go, or holds another session since, is stale too (its
+    /// count is none, or a later one).
+    idle: VecDeque<(u64, usize)>,
+    /// Open exchanges by (connection, exchange), and their session's slot: a session with an
+    /// open exchange is held (see [`Stage::retire`]), so the slot stays its own.
+    open: HashMap<(u64, u32), usize, rustc_hash::FxBuildHasher>,
     held: usize,
     seq: u64,
     cross: CrossIndex,
@@ -1133,7 +1171,7 @@ impl Stage {
         Stage {
             opts: opts.clone(),
             retention,
-            live: LiveMap::default(),
+            sessions: Sessions::default(),
             idle: VecDeque::new(),
             open: HashMap::default(),
             held: 0,
@@ -1152,52 +1190,39 @@ impl Stage {
         self.unread = true;
     }
 
-    /// Moves a session to the end of the idle order (or out of it, while it has open
-    /// exchanges).
-    fn touch(&mut self, sid: &str) {
+    /// Moves the session of `slot` to the end of the idle order (or out of it, while it has
+    /// open exchanges).
+    fn touch(&mut self, slot: usize) {
         self.seq += 1;
-        let Some(l) = self.live.get_mut(sid) else {
-            return;
-        };
-        if touch_live(self.seq, &mut self.idle, l) {
+        let l = &mut self.sessions.slots[slot];
+        if touch_live(self.seq, slot, &mut self.idle, l) {
             self.compact_idle();
         }
     }
 
     /// Drops the stale entries of the idle order once they outnumber the sessions.
     fn compact_idle(&mut self) {
-        if self.idle.len() > 4 * self.live.len() + 1024 {
-            let live = &self.live;
+        if self.idle.len() > 4 * self.sessions.len() + 1024 {
+            let slots = &self.sessions.slots;
             self.idle
-                .retain(|(k, sid)| live.get(sid).is_some_and(|l| l.idle_at == Some(*k)));
+                .retain(|(k, slot)| slots[*slot].idle_at == Some(*k));
         }
     }
 
     /// An exchange of session `sid` has begun on connection `key` (its request is seen).
     pub fn opened(&mut self, sid: &str, key: (u64, u32)) {
-        let l = live_session(&mut self.live, sid);
-        l.open += 1;
-        if let Some(before) = self.open.insert(key, l.name.clone()) {
-            self.closed(&before);
-            self.touch(sid);
-            return;
+        let slot = self.sessions.slot(sid);
+        self.sessions.slots[slot].open += 1;
+        if let Some(before) = self.open.insert(key, slot) {
+            self.closed(before);
         }
-        // [`Stage::touch`] on the session at hand, without looking it up again.
-        self.seq += 1;
-        if touch_live(self.seq, &mut self.idle, l) {
-            self.compact_idle();
-        }
+        self.touch(slot);
     }
 
-    fn closed(&mut self, sid: &str) {
-        self.seq += 1;
-        let Some(l) = self.live.get_mut(sid) else {
-            return;
-        };
+    fn closed(&mut self, slot: usize) {
+        let l = &mut self.sessions.slots[slot];
         l.open = l.open.saturating_sub(1);
-        if touch_live(self.seq, &mut self.idle, l) {
-            self.compact_idle();
-        }
+        self.touch(slot);
     }
 
     /// An exchange is over: its summary (when kept) and its resume (when it is one). `key`
@@ -1211,24 +1236,30 @@ impl Stage {
     ) {
         let mut ended_in = None;
         if let Some(k) = key
-            && let Some(sid) = self.open.remove(&k)
+            && let Some(slot) = self.open.remove(&k)
         {
-            self.closed(&sid);
-            ended_in = Some(sid);
+            self.closed(slot);
+            ended_in = Some(slot);
         }
         let Some(x) = summary.filter(|x| x.session_id.is_some()) else {
             // Nothing to audit it against: it stands on its own stream.
             if let Some(r) = resume {
                 sink.resume(r);
             }
-            if let Some(s) = &ended_in {
+            if let Some(s) = ended_in {
                 self.retire_if_over(s, sink);
             }
             self.enforce(sink);
             return;
         };
         let bytes = held_bytes(&x, resume.as_deref());
-        let l = live_session(&mut self.live, x.session_id.as_deref().unwrap_or_default());
+        let sid = x.session_id.as_deref().unwrap_or_default();
+        // The session the exchange began in is nearly always the one it is held in.
+        let slot = match ended_in {
+            Some(s) if *self.sessions.slots[s].name == *sid => s,
+            _ => self.sessions.slot(sid),
+        };
+        let l = &mut self.sessions.slots[slot];
         self.cross.add(&x, &l.name);
         l.terminated |= x.method.as_deref() == Some("DELETE")
             && x.status.is_some_and(|s| (200..300).contains(&s));
@@ -1236,11 +1267,10 @@ impl Stage {
         l.resumes.extend(resume);
         l.held += bytes;
         let full = l.xs.len() >= MAX_AUDITED_EXCHANGES;
-        let sid = l.name.clone();
         self.held += bytes;
-        // [`Stage::touch`] on the session at hand, without looking it up again.
+        // [`Stage::touch`] on the session at hand.
         self.seq += 1;
-        let pushed = touch_live(self.seq, &mut self.idle, l);
+        let pushed = touch_live(self.seq, slot, &mut self.idle, l);
         // Whether [`Stage::retire_if_over`] would audit it below: auditing another session
         // meanwhile leaves this one as it is.
         let over = l.terminated && l.open == 0;
@@ -1249,60 +1279,55 @@ impl Stage {
         }
         if full {
             self.stats.sessions_retired_early += 1;
-            self.retire(&sid, sink);
+            self.retire(slot, sink);
         }
-        if let Some(s) = ended_in.as_deref()
-            && *s != *sid
+        if let Some(s) = ended_in
+            && s != slot
         {
             self.retire_if_over(s, sink);
         }
         // Once audited for being full, it is either gone or held anew with open exchanges.
         if over && !full {
-            self.retire(&sid, sink);
+            self.retire(slot, sink);
         }
         self.enforce(sink);
     }
 
-    /// Audits session `sid` when the client ended it and nothing of it is open.
-    fn retire_if_over<S: Sink + ?Sized>(&mut self, sid: &str, sink: &mut S) {
-        if self
-            .live
-            .get(sid)
-            .is_some_and(|l| l.terminated && l.open == 0)
-        {
-            self.retire(sid, sink);
+    /// Audits the session of `slot` when the client ended it and nothing of it is open.
+    fn retire_if_over<S: Sink + ?Sized>(&mut self, slot: usize, sink: &mut S) {
+        let l = &self.sessions.slots[slot];
+        if l.terminated && l.open == 0 {
+            self.retire(slot, sink);
         }
     }
 
     /// While over the memory bound, audits the least recently active sessions.
     fn enforce<S: Sink + ?Sized>(&mut self, sink: &mut S) {
         while self.held > self.retention.memory_bytes
-            && let Some((k, sid)) = self.idle.pop_front()
+            && let Some((k, slot)) = self.idle.pop_front()
         {
-            if self.live.get(&sid).is_some_and(|l| l.idle_at == Some(k)) {
+            if self.sessions.slots[slot].idle_at == Some(k) {
                 self.stats.sessions_retired_early += 1;
-                self.retire(&sid, sink);
+                self.retire(slot, sink);
             }
         }
     }
 
     /// Audits what is held of one session and lets it go; a session with open exchanges stays
     /// known, empty, so that their ends are counted.
-    fn retire<S: Sink + ?Sized>(&mut self, sid: &str, sink: &mut S) {
-        let Some(mut l) = self.live.remove(sid) else {
-            return;
+    fn retire<S: Sink + ?Sized>(&mut self, slot: usize, sink: &mut S) {
+        let held = &mut self.sessions.slots[slot];
+        self.held = self.held.saturating_sub(held.held);
+        let mut l = if held.open > 0 {
+            let anew = Live {
+                name: held.name.clone(),
+                open: held.open,
+                ..Live::default()
+            };
+            std::mem::replace(held, anew)
+        } else {
+            self.sessions.remove(slot)
         };
-        self.held = self.held.saturating_sub(l.held);
-        if l.open > 0 {
-            self.live.insert(
-                l.name.clone(),
-                Live {
-                    name: l.name.clone(),
-                    open: l.open,
-                    ..Live::default()
-                },
-            );
-        }
         let (findings, view) = audit_session(
             &l.name,
             std::mem::take(&mut l.xs),
@@ -1325,10 +1350,15 @@ impl Stage {
 
     /// The input is over: every session still held is audited, in order of name.
     pub fn finish<S: Sink + ?Sized>(mut self, sink: &mut S) -> StageStats {
-        let mut names: Vec<Arc<str>> = self.live.keys().cloned().collect();
-        names.sort();
-        for sid in names {
-            self.retire(&sid, sink);
+        let mut held: Vec<(Arc<str>, usize)> = self
+            .sessions
+            .ids
+            .iter()
+            .map(|(sid, slot)| (sid.clone(), *slot))
+            .collect();
+        held.sort_unstable();
+        for (_, slot) in held {
+            self.retire(slot, sink);
         }
         self.stats
     }
@@ -3996,33 +4026,63 @@ data: "
     fn the_idle_order_stays_bounded_and_least_recent_first() {
         let mut st = Stage::new(&Options::default(), Retention::UNBOUNDED);
         for i in 0..50_000u64 {
-            let sid = format!("s{}", i % 7);
-            live_session(&mut st.live, &sid);
-            st.touch(&sid);
+            let slot = st.sessions.slot(&format!("s{}", i % 7));
+            st.touch(slot);
             if i % 3 == 0 {
-                st.touch(&sid);
+                st.touch(slot);
             }
         }
         assert!(
-            st.idle.len() <= 4 * st.live.len() + 1024,
+            st.idle.len() <= 4 * st.sessions.len() + 1024,
             "{}",
             st.idle.len()
         );
+        let slots = &st.sessions.slots;
         let order: Vec<&str> = st
             .idle
             .iter()
-            .filter(|(k, sid)| st.live[sid].idle_at == Some(*k))
-            .map(|(_, sid)| &**sid)
+            .filter(|(k, slot)| slots[*slot].idle_at == Some(*k))
+            .map(|(_, slot)| &*slots[*slot].name)
             .collect();
         assert_eq!(order, ["s6", "s0", "s1", "s2", "s3", "s4", "s5"]);
         // A session with an open exchange is out of the order until it is idle again.
         st.opened("s6", (1, 0));
+        let slots = &st.sessions.slots;
         let first = st
             .idle
             .iter()
-            .find(|(k, sid)| st.live[sid].idle_at == Some(*k))
-            .map(|(_, sid)| sid.to_string());
+            .find(|(k, slot)| slots[*slot].idle_at == Some(*k))
+            .map(|(_, slot)| slots[*slot].name.to_string());
         assert_eq!(first.as_deref(), Some("s0"));
+    }
+
+    #[test]
+    fn a_slot_let_go_and_taken_again_is_never_its_last_session_in_the_idle_order() {
+        let mut st = Stage::new(&Options::default(), Retention::UNBOUNDED);
+        let idle = |st: &Stage| -> Vec<String> {
+            let slots = &st.sessions.slots;
+            st.idle
+                .iter()
+                .filter(|(k, slot)| slots[*slot].idle_at == Some(*k))
+                .map(|(_, slot)| slots[*slot].name.to_string())
+                .collect()
+        };
+        let a = st.sessions.slot("a");
+        st.touch(a);
+        assert_eq!(idle(&st), ["a"]);
+        let gone = st.sessions.remove(a);
+        assert_eq!(&*gone.name, "a");
+        // Its entry stays in the order, stale: the slot is no one's.
+        assert_eq!(st.idle.len(), 1);
+        assert!(idle(&st).is_empty());
+        let b = st.sessions.slot("b");
+        assert_eq!(b, a, "a free slot is taken before a new one is made");
+        assert!(idle(&st).is_empty(), "b was never idle");
+        st.touch(b);
+        assert_eq!(idle(&st), ["b"]);
+        assert_eq!(st.sessions.ids.get("a"), None);
+        assert_eq!(st.sessions.ids.get("b"), Some(&b));
+        assert_eq!(st.sessions.len(), 1);
     }
 
     #[test]
