@@ -319,25 +319,35 @@ impl AppStack {
 
     /// What this connection's layers could not read inside the bytes they had, by kind: the
     /// blind spots within a read connection, for the summary's anomalies.
-    pub fn losses(&self) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        if let Some(t) = &self.tls {
+    pub fn losses(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        // Counted in arrays rather than gathered in a list: a connection is closed with three
+        // calls, and a plain HTTP/1.1 one (most of them) has nothing to count.
+        let tls = self.tls.as_ref().map(|t| {
             let f = t.facts();
-            out.push(("tls_records_lost", f.records_lost));
-            out.push(("tls_resynchronized", f.resyncs));
-            out.push(("tls_resync_failed", f.resync_failures));
-            out.push(("tls_auth_failures", f.auth_failures));
-        }
-        if let Layer::Http2(h) = &self.layer {
-            let s = h.stats();
-            out.push(("h2_headers_unreadable", s.headers_unreadable));
-            out.push(("h2_resynchronized", s.resyncs));
-            out.push(("h2_push_promises", s.push_promises));
-            out.push(("h2_protocol_errors", s.protocol_errors));
-            out.push(("h2_streams_evicted", s.streams_evicted));
-        }
-        out.retain(|(_, n)| *n > 0);
-        out
+            [
+                ("tls_records_lost", f.records_lost),
+                ("tls_resynchronized", f.resyncs),
+                ("tls_resync_failed", f.resync_failures),
+                ("tls_auth_failures", f.auth_failures),
+            ]
+        });
+        let h2 = match &self.layer {
+            Layer::Http2(h) => {
+                let s = h.stats();
+                Some([
+                    ("h2_headers_unreadable", s.headers_unreadable),
+                    ("h2_resynchronized", s.resyncs),
+                    ("h2_push_promises", s.push_promises),
+                    ("h2_protocol_errors", s.protocol_errors),
+                    ("h2_streams_evicted", s.streams_evicted),
+                ])
+            }
+            _ => None,
+        };
+        tls.into_iter()
+            .flatten()
+            .chain(h2.into_iter().flatten())
+            .filter(|(_, n)| *n > 0)
     }
 
     /// Nothing more will be read from this connection: the caller may drop it.

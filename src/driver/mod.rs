@@ -921,7 +921,7 @@ impl Shard {
         // Bytes a layer above TCP lost (TLS records it could not decrypt, HTTP/2 header blocks
         // it could not read) may have held the answer too.
         let server_gaps = server_dir.is_none_or(|d| c.gaps[d.index()])
-            || c.app.losses().into_iter().any(|(kind, n)| {
+            || c.app.losses().any(|(kind, n)| {
                 n > 0
                     && matches!(
                         kind,
@@ -979,7 +979,7 @@ impl Shard {
         let unread = match coverage {
             Coverage::Unread(Unread::NotHttp) => false,
             Coverage::Unread(_) => c.bytes > 0 && !ignored(&server),
-            _ => c.app.losses().into_iter().any(|(kind, n)| {
+            _ => c.app.losses().any(|(kind, n)| {
                 n > 0 && matches!(kind, "h2_headers_unreadable" | "tls_resync_failed")
             }),
         };
