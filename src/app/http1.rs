@@ -1487,6 +1487,9 @@ fn head_value(value: &[u8]) -> HeadText {
     }
 }
 
+// Compiled into its callers: returned through memory, the text was written there a word at
+// a time and moved into its field at once, a read that waited for those writes.
+#[inline(always)]
 fn text(value: &[u8]) -> String {
     // Valid UTF-8 (nearly every header) is checked a word at a time; the lossy decoder walks
     // character by character.
