@@ -2336,7 +2336,15 @@ pub fn run<W: Write, E: Write>(
         let mut spool = Spool::new(&input.name(), human);
         let (input, files) = ready(input, o);
         spool.files = files;
-        let mut report = map_input(input, o, &mut reducer(o, &mut spool));
+        // With more than one thread for this input, its report's lines are made on a thread
+        // of their own beside the session stage ([`report::relay`]).
+        let mut report = if o.threads > 1 {
+            report::relay::on_report_thread(&mut spool, |sink| {
+                map_input(input, o, &mut reducer(o, sink))
+            })
+        } else {
+            map_input(input, o, &mut reducer(o, &mut spool))
+        };
         report.messages.splice(0..0, warnings.iter().cloned());
         (report, spool)
     };

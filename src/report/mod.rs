@@ -13,6 +13,7 @@ pub mod dest;
 pub mod files;
 pub mod html;
 mod json;
+pub mod relay;
 pub mod spool;
 
 use std::collections::{BTreeMap, HashMap};
