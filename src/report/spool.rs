@@ -247,6 +247,14 @@ impl Spool {
         merge_runs(f, &self.runs, out, false)
     }
 
+    /// Every line in report order, in memory (for tests).
+    #[cfg(test)]
+    pub(crate) fn written(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out).unwrap();
+        out
+    }
+
     /// Puts the lines in memory in report order; they often come in it already.
     fn sort_slots(&mut self) {
         if !self.slots.is_sorted_by(|a, b| a.key <= b.key) {
@@ -600,9 +608,7 @@ mod tests {
     use crate::driver::{Options, analyze_path};
 
     fn written(spool: &mut Spool) -> Vec<u8> {
-        let mut out = Vec::new();
-        spool.write_to(&mut out).unwrap();
-        out
+        spool.written()
     }
 
     /// Feeds the records of `report`, in report order or reversed, to a spool of `memory` bytes.
