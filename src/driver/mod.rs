@@ -1892,7 +1892,7 @@ fn read_packets<'a, D: Dispatch>(
 
 /// Spawns `f` on a scoped thread called `name`. A thread the system cannot make ends the run
 /// with that reason, as the standard library's `spawn` does.
-fn thread_named<'scope, T: Send + 'scope>(
+pub(crate) fn thread_named<'scope, T: Send + 'scope>(
     name: &str,
     scope: &'scope std::thread::Scope<'scope, '_>,
     f: impl FnOnce() -> T + Send + 'scope,

@@ -96,29 +96,26 @@ pub fn on_report_thread<T>(
     std::thread::scope(|scope| {
         let (to_report, batches) = mpsc::sync_channel::<Vec<Record>>(QUEUED);
         let (give_back, emptied) = mpsc::channel::<Vec<Record>>();
-        let report = std::thread::Builder::new()
-            .name("report".to_string())
-            .spawn_scoped(scope, move || {
-                for mut batch in batches {
-                    let mut records = batch.drain(..).peekable();
-                    while let Some(r) = records.next() {
-                        // Written on the stage's core: the next record is asked for while
-                        // this one is written out.
-                        if let Some(Record::Resume(next)) = records.peek() {
-                            crate::cache::prefetch(&**next);
-                        }
-                        match r {
-                            Record::Resume(r) => sink.resume(r),
-                            Record::Finding(f) => sink.finding(f),
-                            Record::View(v) => sink.view(v),
-                        }
+        let report = crate::driver::thread_named("report", scope, move || {
+            for mut batch in batches {
+                let mut records = batch.drain(..).peekable();
+                while let Some(r) = records.next() {
+                    // Written on the stage's core: the next record is asked for while
+                    // this one is written out.
+                    if let Some(Record::Resume(next)) = records.peek() {
+                        crate::cache::prefetch(&**next);
                     }
-                    drop(records);
-                    // The stage may be gone already, its last batch sent.
-                    let _ = give_back.send(batch);
+                    match r {
+                        Record::Resume(r) => sink.resume(r),
+                        Record::Finding(f) => sink.finding(f),
+                        Record::View(v) => sink.view(v),
+                    }
                 }
-            })
-            .unwrap_or_else(|e| panic!("cannot start the report thread: {e}"));
+                drop(records);
+                // The stage may be gone already, its last batch sent.
+                let _ = give_back.send(batch);
+            }
+        });
         let out = {
             let mut relay = Relay {
                 batch: Vec::with_capacity(BATCH),
