@@ -607,10 +607,6 @@ mod tests {
     use crate::audit::Sink;
     use crate::driver::{Options, analyze_path};
 
-    fn written(spool: &mut Spool) -> Vec<u8> {
-        spool.written()
-    }
-
     /// Feeds the records of `report`, in report order or reversed, to a spool of `memory` bytes.
     fn spool_of(report: &crate::driver::InputReport, memory: usize, reverse: bool) -> Spool {
         let mut s = Spool::with_memory("in", true, memory);
@@ -677,7 +673,7 @@ mod tests {
         let mut runs = Spool::with_memory("in", false, 0);
         feed(&mut runs);
         assert!(runs.runs() > 2 * MERGE_FAN_IN, "{} runs", runs.runs());
-        let (a, b) = (written(&mut whole), written(&mut runs));
+        let (a, b) = (whole.written(), runs.written());
         assert_eq!(a.len(), b.len());
         assert!(a == b);
         assert_eq!(
@@ -823,7 +819,7 @@ mod tests {
                             report.views.len()
                         ]
                     );
-                    let got = written(&mut s);
+                    let got = s.written();
                     assert!(
                         got == want,
                         "{cap}, memory {memory}, reverse {reverse}:\n{}",
