@@ -13,7 +13,8 @@
 # matrix: one capture of MIX_SIZE per traffic mix of gen-capture (`--mix`: tiny events, large
 # events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams), each
 # with -j1, -j2, cat and tshark in the same run; and HAR exports of large and small entries
-# (`fixtures/har/gen_big_har.py`, with python3), with -j1, -j2 and cat (tshark reads no HAR).
+# (`fixtures/har/gen_big_har.py`, with python3) and of a browser's entries
+# (`fixtures/har/gen_browser_har.py`), with -j1, -j2 and cat (tshark reads no HAR).
 #
 # Environment: OUT (scratch dir, default benches/out, git-ignored), RUNS (runs per
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
@@ -23,8 +24,10 @@
 # with its key log; with `@N`, in packets of up to N bytes of TCP payload, as a loopback capture
 # or a host that coalesces received segments has them; empty skips the section), MIX_SIZE
 # (default the first of SIZES),
-# HARS (event-stream body KiB per entry of the HAR rows, default "1024 4"; empty skips the
-# section), HAR_MIB (size of each HAR, default 256),
+# HARS (event-stream body KiB per entry of the HAR rows, or `browser` for entries as Chromium
+# exports them, mostly headers and timings around small bodies
+# (`fixtures/har/gen_browser_har.py`); default "1024 4 browser"; empty skips the section),
+# HAR_MIB (size of each HAR, default 256),
 # SMALL_FILES / SMALL_SIZE (default 200 files of 5MB; 0 skips them), BOUNDED_SESSION_MIB (the
 # --session-memory of the bounded-memory runs, default 4), TSHARK=0 to skip tshark,
 # PRIORITY=0 to measure at normal priority, BIN (the analyzer's binary, default the release
@@ -52,7 +55,7 @@ read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
 MIXES=${MIXES-"default tiny large sessions storm keep-alive long sessions+tls1.3 large@65000"}
 MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
-HARS=${HARS-"1024 4"}
+HARS=${HARS-"1024 4 browser"}
 HAR_MIB=${HAR_MIB:-256}
 # tshark's display filter for resume requests: header names are case-insensitive, and the
 # generator writes some in lower case.
@@ -381,15 +384,22 @@ fi
 # HAR exports: one document per entry size, its entries analyzed on the -j threads.
 if [[ -n $HARS ]]; then
     echo
-    echo "## HAR exports (${HAR_MIB} MiB each, \`python3 fixtures/har/gen_big_har.py OUT $HAR_MIB KIB\`)"
+    echo "## HAR exports (${HAR_MIB} MiB each, \`python3 fixtures/har/gen_big_har.py OUT $HAR_MIB KIB\`; \`browser\`: Chromium's entries, \`python3 fixtures/har/gen_browser_har.py OUT $HAR_MIB\`)"
     echo
     echo "| body KiB per entry | bytes | entries | cat s | -j1 s | -j1 GB/s | -j1 CPU s/GiB | -j1 RSS MiB | -j2 s | -j2 GB/s | -j2 CPU s/GiB | -j2 RSS MiB | -j1 / -j2 | -j2 / cat |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for kib in $HARS; do
         f="$OUT/bench-${HAR_MIB}MiB-har-$kib.har"
-        stamp="$(sha256sum fixtures/har/gen_big_har.py | cut -c1-16) $HAR_MIB $kib"
+        if [[ $kib == browser ]]; then
+            gen=(fixtures/har/gen_browser_har.py "$f" "$HAR_MIB")
+            stamp="$(cat fixtures/har/gen_browser_har.py fixtures/har-real/chromium-embed.har |
+                sha256sum | cut -c1-16) $HAR_MIB"
+        else
+            gen=(fixtures/har/gen_big_har.py "$f" "$HAR_MIB" "$kib")
+            stamp="$(sha256sum fixtures/har/gen_big_har.py | cut -c1-16) $HAR_MIB $kib"
+        fi
         if [[ ! -s $f || $(cat "$f.stamp" 2>/dev/null) != "$stamp" ]]; then
-            python3 fixtures/har/gen_big_har.py "$f" "$HAR_MIB" "$kib" >/dev/null
+            python3 "${gen[@]}" >/dev/null
             echo "$stamp" >"$f.stamp"
         fi
         b=$(bytes_of "$f")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A profile-guided build of the analyzer: an instrumented build reads a training set (captures
-# of every gen-capture mix and wire, two HARs, and the committed fixtures), LLVM merges the
+# of every gen-capture mix and wire, three HARs, and the committed fixtures), LLVM merges the
 # counts it wrote, and the release build is made again with them, so that the compiler lays
 # out and inlines the code for the paths real work takes. The binary it prints takes 7–19%
 # less CPU time per capture than the plain release build on all but one row of the benchmark
@@ -46,7 +46,7 @@ GEN=${CARGO_TARGET_DIR:-target}/release/examples/gen-capture
 
 # The training set: made again only when missing or made by another generator or size.
 TRAIN=$OUT/train
-stamp="$(cat examples/gen-capture/*.rs synth/src/*.rs fixtures/har/gen_big_har.py |
+stamp="$(cat examples/gen-capture/*.rs synth/src/*.rs fixtures/har/gen_*.py |
     sha256sum | cut -c1-16) $TRAIN_SIZE $SEED"
 if [[ $(cat "$TRAIN/stamp" 2>/dev/null) != "$stamp" ]]; then
     rm -rf "$TRAIN"
@@ -66,9 +66,11 @@ if [[ $(cat "$TRAIN/stamp" 2>/dev/null) != "$stamp" ]]; then
         --keylog "$TRAIN/sessions-tls13.keys" --out "$TRAIN/sessions-tls13.pcap" >/dev/null
     "$GEN" --size "$TRAIN_SIZE" --seed "$SEED" --mix large --mss 65000 \
         --out "$TRAIN/large-64k.pcap" >/dev/null
-    # HARs of large and of small event-stream bodies (MiB, then KiB per entry).
+    # HARs of large and of small event-stream bodies (MiB, then KiB per entry), and of a
+    # browser's entries.
     python3 fixtures/har/gen_big_har.py "$TRAIN/large-entries.har" 16 1024 >/dev/null
     python3 fixtures/har/gen_big_har.py "$TRAIN/small-entries.har" 16 4 >/dev/null
+    python3 fixtures/har/gen_browser_har.py "$TRAIN/browser-entries.har" 16 >/dev/null
     echo "$stamp" >"$TRAIN/stamp"
 fi
 

@@ -128,6 +128,13 @@ pub mod fuzzing {
         crate::input::har::entry_readings(raw)
     }
 
+    /// A HAR entry read by the analyzer's own reader and by serde_json: `Ok(true)` when the
+    /// former took it and both made the same of it, `Ok(false)` when it left the entry to
+    /// serde_json, `Err` saying how they differ.
+    pub fn har_entry_direct(raw: &[u8]) -> Result<bool, String> {
+        crate::input::har::direct_reading_agrees(raw)
+    }
+
     /// Where the JSON container opening at `doc[0]` ends (or breaks), read a block at a time
     /// in pieces of the given sizes, and byte by byte whole: debug text of each answer.
     pub fn nesting_readings(doc: &[u8], pieces: &[usize]) -> (String, String) {

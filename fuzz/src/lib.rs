@@ -817,12 +817,16 @@ fn run_h2(t: &Transcript<'_>, split: Option<u8>) -> HttpRecorder {
     rec
 }
 
-/// Reads `data` as one HAR entry twice: with its body text decoded in the pass that finds it
-/// (serde_json reading the entry without it), and by serde_json whole. The records, counters
-/// and messages must be the same.
+/// Reads `data` as one HAR entry twice: the quick way (read by the analyzer's own reader, or
+/// with its body text decoded in the pass that finds it and serde_json reading the rest), and
+/// by serde_json whole. The records, counters and messages must be the same; and an entry the
+/// analyzer's own reader takes must be one serde_json reads, into the same fields.
 pub fn har_entry(data: &[u8]) {
     let (quick, general) = mcp_resume_audit::fuzzing::har_entry_readings(data);
     assert_eq!(quick, general, "the two readings of one entry differ");
+    if let Err(e) = mcp_resume_audit::fuzzing::har_entry_direct(data) {
+        panic!("{e}");
+    }
 }
 
 /// Reads `data[2..]` as one JSON container twice: a block at a time (as the HAR reader finds

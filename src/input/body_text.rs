@@ -182,7 +182,7 @@ impl<'a> Walk<'a> {
 /// Decodes the JSON string literal whose opening quote is at `at` into `out`, in place of
 /// what it held; returns the position after its closing quote, or `None` where serde_json
 /// would refuse it.
-fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+pub(super) fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
     // The decoded text is never longer than the bytes it is decoded from: room for all of
     // them is made at once (no growth by doubling), the text is written at `w` with copies
     // of a fixed size where it can be, and the room left over is cut off at the end. The

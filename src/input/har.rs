@@ -12,9 +12,10 @@
 //! the file and the entry index; a bad entry is skipped and the others are still analyzed.
 //! Invariants:
 //! - Streaming: the document is scanned in fixed-size reads; one entry at a time is held (raw
-//!   bytes, at most `max_entry_bytes`), deserialized in place by serde_json (strings borrowed),
-//!   its body text unescaped once (one copy, no larger than the text: in the pass that finds
-//!   it for a plain entry, `body_text`, by serde_json for any other), base64-decoded by the
+//!   bytes, at most `max_entry_bytes`), read in place (strings borrowed) by the reader of
+//!   [`direct`] as HAR writers write entries, by serde_json any other way (the same fields,
+//!   the same messages), its body text unescaped once (one copy, no larger than the text: in
+//!   the pass that finds it for a plain entry, by serde_json for any other), base64-decoded by the
 //!   `base64` crate and fed in pieces of at most [`BODY_CHUNK`] bytes, then dropped.
 //!   Memory is about twice the largest entry plus constant buffers; the records each entry
 //!   gives (a few KiB an event stream) are handed on as soon as it is analyzed ([`Emit`]), to
@@ -42,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use memchr::memchr2;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::body_text;
@@ -52,6 +53,8 @@ use crate::exchange::{ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRec
 use crate::record::{
     BodyEnd, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd, head_text_owned,
 };
+
+mod direct;
 
 /// Largest entry (its raw JSON) accepted; a larger one is reported and skipped.
 pub const MAX_ENTRY_BYTES: usize = 1 << 30;
@@ -298,6 +301,41 @@ pub fn entry_readings(raw: &[u8]) -> (String, String) {
         format!("{out:?}")
     };
     (read(true), read(false))
+}
+
+/// The direct reading of one entry ([`direct`]) held to serde_json's: `Ok(true)` when it
+/// read the entry and made of it what serde_json makes (and decoded the body text, when it
+/// did, as serde_json decodes it), `Ok(false)` when it left the entry to serde_json, `Err`
+/// saying how the two differ.
+pub fn direct_reading_agrees(raw: &[u8]) -> Result<bool, String> {
+    let mut text = Vec::new();
+    let Some((direct, decoded)) = direct::entry(raw, &mut text) else {
+        return Ok(false);
+    };
+    let general: Entry<'_> = serde_json::from_slice(raw)
+        .map_err(|e| format!("serde_json refuses an entry read directly: {e}"))?;
+    if direct != general {
+        return Err(format!(
+            "read directly {direct:?}, by serde_json {general:?}"
+        ));
+    }
+    if decoded {
+        let literal = general
+            .response
+            .content
+            .text
+            .as_ref()
+            .map_or(&b""[..], |t| t.0);
+        let want = serde_json::from_slice::<String>(literal)
+            .map_err(|e| format!("a body text decoded ahead that serde_json refuses: {e}"))?;
+        if want.as_bytes() != text {
+            return Err(format!(
+                "body text decoded ahead {:?}, by serde_json {want:?}",
+                String::from_utf8_lossy(&text)
+            ));
+        }
+    }
+    Ok(true)
 }
 
 /// Where the document stops making sense.
@@ -1100,7 +1138,7 @@ impl<R: Read> Scanner<R> {
 
 // The parts of an entry that are read; other members (and other tools' `_fields`) are ignored.
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct Entry<'a> {
     #[serde(rename = "startedDateTime", borrow)]
     started: Cow<'a, str>,
@@ -1112,7 +1150,7 @@ struct Entry<'a> {
     event_source_messages: Option<Vec<EventSourceMessage<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct Request<'a> {
     #[serde(borrow)]
     method: Cow<'a, str>,
@@ -1122,7 +1160,7 @@ struct Request<'a> {
     headers: Vec<Header<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct Header<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
@@ -1130,7 +1168,7 @@ struct Header<'a> {
     value: Cow<'a, str>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct Response<'a> {
     status: i64,
     #[serde(borrow)]
@@ -1141,16 +1179,16 @@ struct Response<'a> {
     comment: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct Content<'a> {
     #[serde(default)]
     size: Option<f64>,
     #[serde(rename = "mimeType", default)]
     mime_type: Option<String>,
     /// Kept as the raw JSON literal, decoded only for an event stream; `""` when the body text
-    /// was decoded ahead ([`body_text`]).
+    /// was decoded ahead by [`body_text`] (the reading of [`direct`] keeps it as written).
     #[serde(default, borrow)]
-    text: Option<&'a RawValue>,
+    text: Option<TextLiteral<'a>>,
     #[serde(default)]
     encoding: Option<String>,
     #[serde(default)]
@@ -1159,7 +1197,18 @@ struct Content<'a> {
     file: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A JSON value as written in the entry (serde_json's raw value: UTF-8, whitespace around it
+/// left out).
+#[derive(Debug, PartialEq)]
+struct TextLiteral<'a>(&'a [u8]);
+
+impl<'de: 'a, 'a> Deserialize<'de> for TextLiteral<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'a RawValue>::deserialize(d).map(|raw| TextLiteral(raw.get().as_bytes()))
+    }
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
 struct EventSourceMessage<'a> {
     #[serde(rename = "eventName", default, borrow)]
     event_name: Option<Cow<'a, str>>,
@@ -1324,22 +1373,27 @@ impl HarRun<'_> {
         // the entry without it; any other entry is read by serde_json whole, as are entries
         // whose rest it refuses (its message then names the place in the entry as written).
         let EntryScratch { text, cut } = scratch;
-        cut.clear();
-        let plain = match self.body_text.then(|| body_text::find(raw, text)).flatten() {
-            Some(span) => {
-                cut.extend_from_slice(raw.get(..span.start).unwrap_or_default());
-                cut.extend_from_slice(b"\"\"");
-                cut.extend_from_slice(raw.get(span.end..).unwrap_or_default());
-                serde_json::from_slice::<Entry<'_>>(cut).ok()
+        let (e, decoded): (Entry<'_>, _) = match self.body_text.then(|| direct::entry(raw, text)) {
+            Some(Some((e, decoded))) => (e, decoded.then_some(text.as_slice())),
+            _ => {
+                cut.clear();
+                let plain = match self.body_text.then(|| body_text::find(raw, text)).flatten() {
+                    Some(span) => {
+                        cut.extend_from_slice(raw.get(..span.start).unwrap_or_default());
+                        cut.extend_from_slice(b"\"\"");
+                        cut.extend_from_slice(raw.get(span.end..).unwrap_or_default());
+                        serde_json::from_slice::<Entry<'_>>(cut).ok()
+                    }
+                    None => None,
+                };
+                match plain {
+                    Some(e) => (e, Some(text.as_slice())),
+                    None => (
+                        serde_json::from_slice(raw).map_err(|e| e.to_string())?,
+                        None,
+                    ),
+                }
             }
-            None => None,
-        };
-        let (e, decoded): (Entry<'_>, _) = match plain {
-            Some(e) => (e, Some(text.as_slice())),
-            None => (
-                serde_json::from_slice(raw).map_err(|e| e.to_string())?,
-                None,
-            ),
         };
         let time_ns = parse_rfc3339(&e.started).ok_or_else(|| {
             let shown: String = e.started.chars().take(40).collect();
@@ -1473,11 +1527,11 @@ impl HarRun<'_> {
                 ));
             }
         };
-        let text = match c.text {
-            Some(raw) if !raw.get().starts_with('"') => {
+        let text = match &c.text {
+            Some(raw) if raw.0.first() != Some(&b'"') => {
                 return Err("response.content.text is not a string".to_string());
             }
-            other => other.map(|raw| raw.get().as_bytes()),
+            other => other.as_ref().map(|raw| raw.0),
         };
         let messages = e.event_source_messages.as_deref().filter(|m| !m.is_empty());
         let mut sink = BodySink {
@@ -2425,6 +2479,134 @@ mod tests {
             fast_taken > 300,
             "only {fast_taken} entries took the quick reading"
         );
+    }
+
+    /// The `.har` files under `dir`, in its subdirectories too.
+    fn hars_under(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                hars_under(&p, out);
+            } else if p.extension().is_some_and(|x| x == "har") {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn the_committed_hars_read_directly_are_read_as_serde_json_reads_them() {
+        let mut files = Vec::new();
+        hars_under(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+            &mut files,
+        );
+        let (mut entries, mut direct) = (0, 0);
+        for f in &files {
+            for raw in entries_of(&std::fs::read(f).unwrap()) {
+                entries += 1;
+                match direct_reading_agrees(&raw) {
+                    Ok(taken) => direct += usize::from(taken),
+                    Err(e) => panic!("{}: {e}", f.display()),
+                }
+            }
+        }
+        assert!(
+            files.len() >= 20 && entries >= 200,
+            "{} files, {entries} entries",
+            files.len()
+        );
+        // All but the malformed ones and their like.
+        assert!(
+            direct * 10 >= entries * 9,
+            "{direct} of {entries} entries read directly"
+        );
+    }
+
+    #[test]
+    fn entries_changed_at_random_read_directly_are_read_as_serde_json_reads_them() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let seeds: Vec<Vec<u8>> = [
+            "har-real/chromium-embed.har",
+            "har-real/mitmproxy-streamed.har",
+            "har/mixed.har",
+        ]
+        .iter()
+        .flat_map(|f| entries_of(&std::fs::read(root.join(f)).unwrap()))
+        .collect();
+        assert!(seeds.len() > 30);
+        let bytes = b"\"{}[],:\\ a0-.eE1nul\x01\xc3tf";
+        let mut rng = Rng(0x5851_F42D_4C95_7F2D);
+        let (mut direct, mut left) = (0, 0);
+        for _ in 0..6000 {
+            let mut raw = seeds[(rng.next() % seeds.len() as u64) as usize].clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let at = (rng.next() % raw.len() as u64) as usize;
+                let byte = bytes[(rng.next() % bytes.len() as u64) as usize];
+                match rng.next() % 3 {
+                    0 => raw[at] = byte,
+                    1 => {
+                        raw.remove(at);
+                    }
+                    _ => raw.insert(at, byte),
+                }
+            }
+            match direct_reading_agrees(&raw) {
+                Ok(true) => direct += 1,
+                Ok(false) => left += 1,
+                Err(e) => panic!("{e}\n{}", String::from_utf8_lossy(&raw)),
+            }
+        }
+        // Changes inside strings mostly leave an entry readable; the rest are refused.
+        assert!(
+            direct > 1500 && left > 1500,
+            "{direct} read directly, {left} left"
+        );
+    }
+
+    #[test]
+    fn the_direct_reading_leaves_what_it_is_unsure_of_to_serde_json() {
+        let base = sse_entry(r#""id: 4\n\n""#, "");
+        assert_eq!(direct_reading_agrees(base.as_bytes()), Ok(true));
+        let deep = format!("{}1{}", "[".repeat(70), "]".repeat(70));
+        // Each with whether serde_json reads it.
+        let left = [
+            (base.replace(r#""status":200"#, r#""status":200.0"#), false),
+            (base.replace(r#""status":200"#, r#""status":2e2"#), false),
+            (base.replace(r#""size":-1"#, r#""size":-0"#), true),
+            (base.replace(r#""size":-1"#, r#""size":1.5"#), true),
+            (
+                base.replace(r#""method":"GET""#, r#""method":"GET","method":"GET""#),
+                false,
+            ),
+            (base.replace(r#""url""#, r#""\u0075rl""#), true),
+            (
+                base.replace(r#""text":"#, &format!(r#""x":{deep},"text":"#)),
+                true,
+            ),
+            (base.replace(r#""id: 4\n\n""#, r#""\ud800""#), true),
+            (base.replace(r#""id: 4\n\n""#, "\"\x01\""), false),
+            (base.replace(r#""status":200"#, r#""status":"200""#), false),
+            (format!("{base} x"), false),
+        ];
+        for (raw, serde_reads) in &left {
+            assert_eq!(direct_reading_agrees(raw.as_bytes()), Ok(false), "{raw}");
+            let read = serde_json::from_slice::<Entry<'_>>(raw.as_bytes()).is_ok();
+            assert_eq!(read, *serde_reads, "{raw}");
+        }
+        let read = [
+            base.replace(r#""id: 4\n\n""#, "null"),
+            base.replace(r#""value":"s1""#, r#""value":"s\u0031""#),
+            base.replace(r#""headers":[{"#, r#""headers":[{"comment":"a\"b\\","#),
+            base.replace(
+                r#""size":-1"#,
+                r#""size":null,"x":[true,false,null,-1.5e+3,{}]"#,
+            ),
+            base.replace(r#""size":-1,"#, r#""mimeType":"text/html","#),
+            format!(" {base} \n"),
+        ];
+        for raw in &read {
+            assert_eq!(direct_reading_agrees(raw.as_bytes()), Ok(true), "{raw}");
+        }
     }
 
     #[test]

@@ -1,0 +1,537 @@
+//! A HAR entry read straight into its [`Entry`], without serde_json, for entries as HAR
+//! writers write them; serde_json reads any other.
+//!
+//! Input: one entry's raw JSON, and a buffer for its body text. Output: the [`Entry`]
+//! serde_json makes of the same bytes, and whether the body text was decoded ahead into the
+//! buffer; or `None`.
+//! Invariants:
+//! - `Some` only where serde_json reads the entry without an error and makes the same
+//!   [`Entry`] of it, text literal included. Whatever this reading is not sure of (a key of
+//!   the entry's structure written with escapes, a member given twice, a status or size that
+//!   is not a plain integer, a value not of the type read, nesting deeper than
+//!   [`MAX_NESTING`], any malformed JSON) gives `None`, and serde_json reads the entry: its
+//!   answer and its messages are then the only ones.
+//! - Members not read are checked as serde_json checks what it steps over: strings closed,
+//!   with no control bytes and only JSON's escapes; numbers in JSON's grammar; the literals
+//!   exact; brackets balanced; nothing after the entry but whitespace.
+//! - A body text is decoded ahead, in the pass that finds it, unless a `mimeType` before it
+//!   says it is no event stream (as `body_text::find` decides): the answers are the same
+//!   either way, only the work differs.
+//!
+//! Why: most of a browser's export is members the analysis never reads (headers, timings,
+//! cookies, the initiator's stack) in short strings; serde_json's reading of them, a call a
+//! string and a UTF-8 check of each one it lends, took half the instructions of a run on such
+//! a HAR under callgrind, and the pass that finds the body text another eighth.
+
+use std::borrow::Cow;
+
+use super::{Content, Entry, EventSourceMessage, Header, Request, Response, TextLiteral};
+use crate::input::body_text;
+
+/// Deepest nesting of the values stepped over (the entry itself is level 1); deeper ones are
+/// left to serde_json.
+pub(super) const MAX_NESTING: usize = 64;
+
+/// `raw` read as one entry: the entry, and whether its body text is in `text` (decoded ahead;
+/// the entry's literal is the original either way); `None` where serde_json is to read it.
+pub(super) fn entry<'a>(raw: &'a [u8], text: &mut Vec<u8>) -> Option<(Entry<'a>, bool)> {
+    let mut c = Cursor { raw, at: 0 };
+    let mut decoded = false;
+    let e = c.entry(text, &mut decoded)?;
+    if c.ws().is_some() {
+        return None;
+    }
+    Some((e, decoded))
+}
+
+/// A position in an entry's bytes.
+struct Cursor<'a> {
+    raw: &'a [u8],
+    at: usize,
+}
+
+/// Fills `slot` the first time; a member given twice is refused (serde_json refuses it too).
+fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+impl<'a> Cursor<'a> {
+    /// The next byte that is not JSON whitespace, not consumed.
+    fn ws(&mut self) -> Option<u8> {
+        while let Some(&b) = self.raw.get(self.at) {
+            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                return Some(b);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.ws()? == want).then(|| self.at += 1)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.raw.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// `null`, consumed, when the next value is one.
+    fn null(&mut self) -> Option<bool> {
+        if self.ws()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// The members of an object of the entry's structure: each key, written without escapes
+    /// and UTF-8, given to `read`, which takes its value.
+    fn members(&mut self, mut read: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.ws()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.eat(b'"')?;
+            let (end, escaped) = string_end(self.raw, self.at)?;
+            if escaped {
+                // It may spell a member read here: serde_json decodes it to compare.
+                return None;
+            }
+            let key = self.raw.get(self.at..end)?;
+            // serde_json reads the keys of a structure's members as text, unknown ones too.
+            if !key.is_ascii() {
+                std::str::from_utf8(key).ok()?;
+            }
+            self.at = end + 1;
+            self.eat(b':')?;
+            read(self, key)?;
+            match self.ws()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The elements of an array, each read by `read`.
+    fn elements(&mut self, mut read: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.ws()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            read(self)?;
+            match self.ws()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Steps over any value at nesting `depth`, checking it as serde_json does.
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        match self.ws()? {
+            b'"' => {
+                let (end, _) = string_end(self.raw, self.at + 1)?;
+                self.at = end + 1;
+                Some(())
+            }
+            b'{' | b'[' if depth >= MAX_NESTING => None,
+            b'{' => {
+                self.at += 1;
+                if self.ws()? == b'}' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.eat(b'"')?;
+                    let (end, _) = string_end(self.raw, self.at)?;
+                    self.at = end + 1;
+                    self.eat(b':')?;
+                    self.skip(depth + 1)?;
+                    match self.ws()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => self.elements(|c| c.skip(depth + 1)),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            _ => None,
+        }
+    }
+
+    /// Steps over a number written as JSON writes one; `Some(Some(v))` for an integer that
+    /// serde_json reads as one and that fits 18 digits, `Some(None)` for any other number.
+    fn number(&mut self) -> Option<Option<i64>> {
+        let digits = |c: &mut Self| {
+            let from = c.at;
+            while c.raw.get(c.at).is_some_and(u8::is_ascii_digit) {
+                c.at += 1;
+            }
+            c.at - from
+        };
+        let negative = self.raw.get(self.at) == Some(&b'-');
+        if negative {
+            self.at += 1;
+        }
+        let start = self.at;
+        let n = match *self.raw.get(self.at)? {
+            b'0' => {
+                self.at += 1;
+                1
+            }
+            b'1'..=b'9' => digits(self),
+            _ => return None,
+        };
+        let int = self.raw.get(start..self.at)?;
+        let mut integer = true;
+        if self.raw.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            integer = false;
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        if matches!(self.raw.get(self.at), Some(b'e' | b'E')) {
+            self.at += 1;
+            integer = false;
+            if matches!(self.raw.get(self.at), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        if !integer || n > 18 {
+            return Some(None);
+        }
+        let v = int.iter().fold(0i64, |v, &d| v * 10 + i64::from(d - b'0'));
+        // serde_json reads `-0` as a float.
+        Some(match (negative, v) {
+            (true, 0) => None,
+            (true, v) => Some(-v),
+            (false, v) => Some(v),
+        })
+    }
+
+    /// An integer value, as an `i64` member takes it.
+    fn integer(&mut self) -> Option<i64> {
+        match self.ws()? {
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => None,
+        }
+    }
+
+    /// A string value, borrowed when written without escapes (as serde_json lends it).
+    fn cow(&mut self) -> Option<Cow<'a, str>> {
+        if self.ws()? != b'"' {
+            return None;
+        }
+        let start = self.at;
+        let (end, escaped) = string_end(self.raw, start + 1)?;
+        self.at = end + 1;
+        if escaped {
+            // Decoded where serde_json decodes it to the same text, and refused where it
+            // refuses it; the literal alone is given, so that room is made for it alone.
+            let mut decoded = Vec::new();
+            body_text::decode(self.raw.get(..=end)?, start, &mut decoded)?;
+            String::from_utf8(decoded).ok().map(Cow::Owned)
+        } else {
+            let inside = self.raw.get(start + 1..end)?;
+            std::str::from_utf8(inside).ok().map(Cow::Borrowed)
+        }
+    }
+
+    fn opt_cow(&mut self) -> Option<Option<Cow<'a, str>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.cow().map(Some)
+    }
+
+    fn opt_string(&mut self) -> Option<Option<String>> {
+        Some(self.opt_cow()?.map(Cow::into_owned))
+    }
+
+    fn entry(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Entry<'a>> {
+        let (mut started, mut request, mut response, mut messages) = (None, None, None, None);
+        self.members(|c, key| match key {
+            b"startedDateTime" => {
+                let v = c.cow()?;
+                once(&mut started, v)
+            }
+            b"request" => {
+                let v = c.request()?;
+                once(&mut request, v)
+            }
+            b"response" => {
+                let v = c.response(text, decoded)?;
+                once(&mut response, v)
+            }
+            b"_eventSourceMessages" => {
+                let v = c.messages()?;
+                once(&mut messages, v)
+            }
+            _ => c.skip(2),
+        })?;
+        Some(Entry {
+            started: started?,
+            request: request?,
+            response: response?,
+            event_source_messages: messages.flatten(),
+        })
+    }
+
+    fn request(&mut self) -> Option<Request<'a>> {
+        let (mut method, mut url, mut headers) = (None, None, None);
+        self.members(|c, key| match key {
+            b"method" => {
+                let v = c.cow()?;
+                once(&mut method, v)
+            }
+            b"url" => {
+                let v = c.cow()?;
+                once(&mut url, v)
+            }
+            b"headers" => {
+                let v = c.headers()?;
+                once(&mut headers, v)
+            }
+            _ => c.skip(3),
+        })?;
+        Some(Request {
+            method: method?,
+            url: url?,
+            headers: headers?,
+        })
+    }
+
+    fn headers(&mut self) -> Option<Vec<Header<'a>>> {
+        // Room for as many as a browser sends, so that the list seldom grows.
+        let mut all = Vec::with_capacity(16);
+        self.elements(|c| {
+            let (mut name, mut value) = (None, None);
+            c.members(|c, key| match key {
+                b"name" => {
+                    let v = c.cow()?;
+                    once(&mut name, v)
+                }
+                b"value" => {
+                    let v = c.cow()?;
+                    once(&mut value, v)
+                }
+                _ => c.skip(5),
+            })?;
+            all.push(Header {
+                name: name?,
+                value: value?,
+            });
+            Some(())
+        })?;
+        Some(all)
+    }
+
+    fn response(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Response<'a>> {
+        let (mut status, mut headers, mut content, mut comment) = (None, None, None, None);
+        self.members(|c, key| match key {
+            b"status" => {
+                let v = c.integer()?;
+                once(&mut status, v)
+            }
+            b"headers" => {
+                let v = c.headers()?;
+                once(&mut headers, v)
+            }
+            b"content" => {
+                let v = c.content(text, decoded)?;
+                once(&mut content, v)
+            }
+            b"comment" => {
+                let v = c.opt_string()?;
+                once(&mut comment, v)
+            }
+            _ => c.skip(3),
+        })?;
+        Some(Response {
+            status: status?,
+            headers: headers?,
+            content: content?,
+            comment: comment.flatten(),
+        })
+    }
+
+    fn content(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Content<'a>> {
+        let (mut size, mut mime_type, mut literal) = (None, None::<Option<String>>, None);
+        let (mut encoding, mut comment, mut file) = (None, None, None);
+        self.members(|c, key| match key {
+            b"size" => {
+                let v = if c.null()? {
+                    None
+                } else {
+                    // An integer read as a float is the same number either way.
+                    Some(c.integer()? as f64)
+                };
+                once(&mut size, v)
+            }
+            b"mimeType" => {
+                let v = c.opt_string()?;
+                once(&mut mime_type, v)
+            }
+            b"text" => {
+                let v = if c.null()? {
+                    None
+                } else {
+                    let ahead = mime_type.as_ref().is_none_or(|m| {
+                        m.as_deref()
+                            .is_none_or(|m| m.to_ascii_lowercase().contains("event-stream"))
+                    });
+                    Some(c.text(ahead.then_some(&mut *text), decoded)?)
+                };
+                once(&mut literal, v)
+            }
+            b"encoding" => {
+                let v = c.opt_string()?;
+                once(&mut encoding, v)
+            }
+            b"comment" => {
+                let v = c.opt_string()?;
+                once(&mut comment, v)
+            }
+            b"_file" => {
+                let v = c.opt_string()?;
+                once(&mut file, v)
+            }
+            _ => c.skip(4),
+        })?;
+        Some(Content {
+            size: size.flatten(),
+            mime_type: mime_type.flatten(),
+            text: literal.flatten(),
+            encoding: encoding.flatten(),
+            comment: comment.flatten(),
+            file: file.flatten(),
+        })
+    }
+
+    /// The body text's literal (a string; serde_json would keep any value, which the entry's
+    /// reading then refuses, so another value is left to it), decoded into `text` when given.
+    fn text(&mut self, text: Option<&mut Vec<u8>>, decoded: &mut bool) -> Option<TextLiteral<'a>> {
+        if self.ws()? != b'"' {
+            return None;
+        }
+        let start = self.at;
+        match text {
+            Some(out) => {
+                // Decoded only where serde_json would decode it to the same bytes, which also
+                // makes the literal UTF-8.
+                self.at = body_text::decode(self.raw, start, out)?;
+                *decoded = true;
+            }
+            None => {
+                let (end, _) = string_end(self.raw, start + 1)?;
+                self.at = end + 1;
+                // serde_json lends a raw value only when it is UTF-8.
+                std::str::from_utf8(self.raw.get(start..self.at)?).ok()?;
+            }
+        }
+        Some(TextLiteral(self.raw.get(start..self.at)?))
+    }
+
+    fn messages(&mut self) -> Option<Option<Vec<EventSourceMessage<'a>>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let mut all = Vec::new();
+        self.elements(|c| {
+            let (mut name, mut id, mut data) = (None, None, None);
+            c.members(|c, key| match key {
+                b"eventName" => {
+                    let v = c.opt_cow()?;
+                    once(&mut name, v)
+                }
+                b"eventId" => {
+                    let v = c.opt_cow()?;
+                    once(&mut id, v)
+                }
+                b"data" => {
+                    let v = c.opt_cow()?;
+                    once(&mut data, v)
+                }
+                _ => c.skip(4),
+            })?;
+            all.push(EventSourceMessage {
+                event_name: name.flatten(),
+                event_id: id.flatten(),
+                data: data.flatten(),
+            });
+            Some(())
+        })?;
+        Some(Some(all))
+    }
+}
+
+/// The position of the closing quote of the string whose content starts at `i`, and whether
+/// it holds escapes; `None` where serde_json refuses the string even when stepping over it (a
+/// control byte, an escape JSON does not define, no closing quote). UTF-8 is not checked here:
+/// serde_json checks it only in strings it reads.
+fn string_end(raw: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        // Eight bytes at a time to the first that may stop the string.
+        while let Some(word) = raw.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+            let stops = stops(u64::from_le_bytes(*word));
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match *raw.get(i)? {
+            b'"' => return Some((i, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += match *raw.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' if raw.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => 6,
+                    _ => return None,
+                };
+            }
+            b if b < 0x20 => return None,
+            _ => i += 1,
+        }
+    }
+}
+
+/// The high bit of each byte of `w` that is a quote, a backslash or a control byte. The lowest
+/// one set is exact; above it a borrow may set more, which the byte-wise check then passes.
+fn stops(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    zero_bytes(w ^ (ONES * u64::from(b'"')))
+        | zero_bytes(w ^ (ONES * u64::from(b'\\')))
+        | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
+}
