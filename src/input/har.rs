@@ -2596,6 +2596,15 @@ mod tests {
         let read = [
             base.replace(r#""id: 4\n\n""#, "null"),
             base.replace(r#""value":"s1""#, r#""value":"s\u0031""#),
+            base.replace(r#""value":"s1""#, r#""value":"s\\u0031\/\t\"""#),
+            base.replace(
+                r#"{"name":"Mcp-Session-Id","value":"s1"}"#,
+                r#"{"value":"s1","name":"Mcp-Session-Id"}"#,
+            ),
+            base.replace(
+                r#"{"name":"Mcp-Session-Id","value":"s1"}"#,
+                r#"{ "name" : "Mcp-Session-Id" , "value" : "s1" }"#,
+            ),
             base.replace(r#""headers":[{"#, r#""headers":[{"comment":"a\"b\\","#),
             base.replace(
                 r#""size":-1"#,

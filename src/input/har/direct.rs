@@ -254,6 +254,10 @@ impl<'a> Cursor<'a> {
         let (end, escaped) = string_end(self.raw, start + 1)?;
         self.at = end + 1;
         if escaped {
+            let inside = self.raw.get(start + 1..end)?;
+            if memchr::memmem::find(inside, b"\\u").is_none() {
+                return unescape_simple(inside).map(Cow::Owned);
+            }
             // Decoded where serde_json decodes it to the same text, and refused where it
             // refuses it; the literal alone is given, so that room is made for it alone.
             let mut decoded = Vec::new();
@@ -333,6 +337,10 @@ impl<'a> Cursor<'a> {
         // Room for as many as a browser sends, so that the list seldom grows.
         let mut all = Vec::with_capacity(16);
         self.elements(|c| {
+            if let Some(h) = c.compact_header() {
+                all.push(h);
+                return Some(());
+            }
             let (mut name, mut value) = (None, None);
             c.members(|c, key| match key {
                 b"name" => {
@@ -352,6 +360,33 @@ impl<'a> Cursor<'a> {
             Some(())
         })?;
         Some(all)
+    }
+
+    /// A header laid out as HAR writers lay it out, `{"name":…,"value":…}` with no space,
+    /// read in one step; `None`, with nothing consumed, for any other layout (read then member
+    /// by member, to the same header or the same refusal).
+    fn compact_header(&mut self) -> Option<Header<'a>> {
+        let from = self.at;
+        let mut step = || {
+            let rest = self.raw.get(self.at..)?;
+            if !rest.starts_with(b"{\"name\":") {
+                return None;
+            }
+            self.at += 8;
+            let name = self.cow()?;
+            if !self.raw.get(self.at..)?.starts_with(b",\"value\":") {
+                return None;
+            }
+            self.at += 9;
+            let value = self.cow()?;
+            (self.raw.get(self.at) == Some(&b'}')).then(|| self.at += 1)?;
+            Some(Header { name, value })
+        };
+        let header = step();
+        if header.is_none() {
+            self.at = from;
+        }
+        header
     }
 
     fn response(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Response<'a>> {
@@ -491,6 +526,29 @@ impl<'a> Cursor<'a> {
         })?;
         Some(Some(all))
     }
+}
+
+/// The text of a string's content (between its quotes) whose escapes [`string_end`] found
+/// valid and none of which is a `\u`: `None` when the text is not UTF-8, which serde_json
+/// refuses too.
+fn unescape_simple(inside: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(inside.len());
+    let mut rest = inside;
+    while let Some(i) = memchr::memchr(b'\\', rest) {
+        out.extend_from_slice(rest.get(..i)?);
+        out.push(match *rest.get(i + 1)? {
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b @ (b'"' | b'\\' | b'/') => b,
+            _ => return None,
+        });
+        rest = rest.get(i + 2..)?;
+    }
+    out.extend_from_slice(rest);
+    String::from_utf8(out).ok()
 }
 
 /// The position of the closing quote of the string whose content starts at `i`, and whether
