@@ -83,13 +83,7 @@ struct Walk<'a> {
 impl<'a> Walk<'a> {
     /// The next byte that is not JSON whitespace, not consumed.
     fn ws(&mut self) -> Option<u8> {
-        while let Some(&b) = self.raw.get(self.at) {
-            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-                return Some(b);
-            }
-            self.at += 1;
-        }
-        None
+        skip_ws(self.raw, &mut self.at)
     }
 
     fn eat(&mut self, want: u8) -> Option<()> {
@@ -177,6 +171,17 @@ impl<'a> Walk<'a> {
             }
         }
     }
+}
+
+/// Moves `at` past JSON whitespace; the byte it then points at, not consumed.
+pub(super) fn skip_ws(raw: &[u8], at: &mut usize) -> Option<u8> {
+    while let Some(&b) = raw.get(*at) {
+        if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            return Some(b);
+        }
+        *at += 1;
+    }
+    None
 }
 
 /// Decodes the JSON string literal whose opening quote is at `at` into `out`, in place of

@@ -1369,9 +1369,11 @@ impl HarRun<'_> {
         raw: &[u8],
         scratch: &mut EntryScratch,
     ) -> Result<(), String> {
-        // A plain entry's body text is decoded in the pass that finds it, and serde_json reads
-        // the entry without it; any other entry is read by serde_json whole, as are entries
-        // whose rest it refuses (its message then names the place in the entry as written).
+        // An entry as HAR writers write it is read by the entry reader of `direct`, its body
+        // text decoded on the way. Any other: a plain entry's body text is decoded in the pass
+        // that finds it, and serde_json reads the entry without it; the rest are read by
+        // serde_json whole, as are entries whose rest it refuses (its message then names the
+        // place in the entry as written).
         let EntryScratch { text, cut } = scratch;
         let (e, decoded): (Entry<'_>, _) = match self.body_text.then(|| direct::entry(raw, text)) {
             Some(Some((e, decoded))) => (e, decoded.then_some(text.as_slice())),
@@ -2458,16 +2460,7 @@ mod tests {
             raw.splice(at..at + 1, text);
             if round % 3 == 0 {
                 // A byte changed, dropped or added somewhere in the entry.
-                let at = (rng.next() % raw.len() as u64) as usize;
-                let bytes = b"\"{}[],:\\ a0";
-                let byte = bytes[(rng.next() % bytes.len() as u64) as usize];
-                match rng.next() % 3 {
-                    0 => raw[at] = byte,
-                    1 => {
-                        raw.remove(at);
-                    }
-                    _ => raw.insert(at, byte),
-                }
+                damage(&mut raw, &mut rng, b"\"{}[],:\\ a0");
             }
             if super::body_text::find(&raw, &mut Vec::new()).is_some() {
                 fast_taken += 1;
@@ -2479,6 +2472,20 @@ mod tests {
             fast_taken > 300,
             "only {fast_taken} entries took the quick reading"
         );
+    }
+
+    /// One byte of `raw` changed to one of `bytes`, dropped, or one of `bytes` added, at a
+    /// random place.
+    fn damage(raw: &mut Vec<u8>, rng: &mut Rng, bytes: &[u8]) {
+        let at = (rng.next() % raw.len() as u64) as usize;
+        let byte = bytes[(rng.next() % bytes.len() as u64) as usize];
+        match rng.next() % 3 {
+            0 => raw[at] = byte,
+            1 => {
+                raw.remove(at);
+            }
+            _ => raw.insert(at, byte),
+        }
     }
 
     /// The `.har` files under `dir`, in its subdirectories too.
@@ -2540,15 +2547,7 @@ mod tests {
         for _ in 0..6000 {
             let mut raw = seeds[(rng.next() % seeds.len() as u64) as usize].clone();
             for _ in 0..1 + rng.next() % 3 {
-                let at = (rng.next() % raw.len() as u64) as usize;
-                let byte = bytes[(rng.next() % bytes.len() as u64) as usize];
-                match rng.next() % 3 {
-                    0 => raw[at] = byte,
-                    1 => {
-                        raw.remove(at);
-                    }
-                    _ => raw.insert(at, byte),
-                }
+                damage(&mut raw, &mut rng, bytes);
             }
             match direct_reading_agrees(&raw) {
                 Ok(true) => direct += 1,

@@ -50,29 +50,35 @@ struct Cursor<'a> {
     at: usize,
 }
 
-/// Fills `slot` the first time; a member given twice is refused (serde_json refuses it too).
-fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+/// Fills `slot` with a member's value the first time; a member given twice, or a value not
+/// read, is refused (serde_json refuses the first too).
+fn put<T>(slot: &mut Option<T>, value: Option<T>) -> Option<()> {
     if slot.is_some() {
         return None;
     }
-    *slot = Some(value);
+    *slot = Some(value?);
     Some(())
 }
 
 impl<'a> Cursor<'a> {
     /// The next byte that is not JSON whitespace, not consumed.
     fn ws(&mut self) -> Option<u8> {
-        while let Some(&b) = self.raw.get(self.at) {
-            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-                return Some(b);
-            }
-            self.at += 1;
-        }
-        None
+        body_text::skip_ws(self.raw, &mut self.at)
     }
 
     fn eat(&mut self, want: u8) -> Option<()> {
         (self.ws()? == want).then(|| self.at += 1)
+    }
+
+    /// After a member or an element: `true` past a comma (another follows), `false` past
+    /// `close` (the container ended), `None` for anything else.
+    fn next(&mut self, close: u8) -> Option<bool> {
+        let b = self.ws()?;
+        if b != b',' && b != close {
+            return None;
+        }
+        self.at += 1;
+        Some(b == b',')
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
@@ -112,13 +118,8 @@ impl<'a> Cursor<'a> {
             self.at = end + 1;
             self.eat(b':')?;
             read(self, key)?;
-            match self.ws()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next(b'}')? {
+                return Some(());
             }
         }
     }
@@ -132,13 +133,8 @@ impl<'a> Cursor<'a> {
         }
         loop {
             read(self)?;
-            match self.ws()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next(b']')? {
+                return Some(());
             }
         }
     }
@@ -164,13 +160,8 @@ impl<'a> Cursor<'a> {
                     self.at = end + 1;
                     self.eat(b':')?;
                     self.skip(depth + 1)?;
-                    match self.ws()? {
-                        b',' => self.at += 1,
-                        b'}' => {
-                            self.at += 1;
-                            return Some(());
-                        }
-                        _ => return None,
+                    if !self.next(b'}')? {
+                        return Some(());
                     }
                 }
             }
@@ -283,22 +274,10 @@ impl<'a> Cursor<'a> {
     fn entry(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Entry<'a>> {
         let (mut started, mut request, mut response, mut messages) = (None, None, None, None);
         self.members(|c, key| match key {
-            b"startedDateTime" => {
-                let v = c.cow()?;
-                once(&mut started, v)
-            }
-            b"request" => {
-                let v = c.request()?;
-                once(&mut request, v)
-            }
-            b"response" => {
-                let v = c.response(text, decoded)?;
-                once(&mut response, v)
-            }
-            b"_eventSourceMessages" => {
-                let v = c.messages()?;
-                once(&mut messages, v)
-            }
+            b"startedDateTime" => put(&mut started, c.cow()),
+            b"request" => put(&mut request, c.request()),
+            b"response" => put(&mut response, c.response(text, decoded)),
+            b"_eventSourceMessages" => put(&mut messages, c.messages()),
             _ => c.skip(2),
         })?;
         Some(Entry {
@@ -312,18 +291,9 @@ impl<'a> Cursor<'a> {
     fn request(&mut self) -> Option<Request<'a>> {
         let (mut method, mut url, mut headers) = (None, None, None);
         self.members(|c, key| match key {
-            b"method" => {
-                let v = c.cow()?;
-                once(&mut method, v)
-            }
-            b"url" => {
-                let v = c.cow()?;
-                once(&mut url, v)
-            }
-            b"headers" => {
-                let v = c.headers()?;
-                once(&mut headers, v)
-            }
+            b"method" => put(&mut method, c.cow()),
+            b"url" => put(&mut url, c.cow()),
+            b"headers" => put(&mut headers, c.headers()),
             _ => c.skip(3),
         })?;
         Some(Request {
@@ -343,14 +313,8 @@ impl<'a> Cursor<'a> {
             }
             let (mut name, mut value) = (None, None);
             c.members(|c, key| match key {
-                b"name" => {
-                    let v = c.cow()?;
-                    once(&mut name, v)
-                }
-                b"value" => {
-                    let v = c.cow()?;
-                    once(&mut value, v)
-                }
+                b"name" => put(&mut name, c.cow()),
+                b"value" => put(&mut value, c.cow()),
                 _ => c.skip(5),
             })?;
             all.push(Header {
@@ -392,22 +356,10 @@ impl<'a> Cursor<'a> {
     fn response(&mut self, text: &mut Vec<u8>, decoded: &mut bool) -> Option<Response<'a>> {
         let (mut status, mut headers, mut content, mut comment) = (None, None, None, None);
         self.members(|c, key| match key {
-            b"status" => {
-                let v = c.integer()?;
-                once(&mut status, v)
-            }
-            b"headers" => {
-                let v = c.headers()?;
-                once(&mut headers, v)
-            }
-            b"content" => {
-                let v = c.content(text, decoded)?;
-                once(&mut content, v)
-            }
-            b"comment" => {
-                let v = c.opt_string()?;
-                once(&mut comment, v)
-            }
+            b"status" => put(&mut status, c.integer()),
+            b"headers" => put(&mut headers, c.headers()),
+            b"content" => put(&mut content, c.content(text, decoded)),
+            b"comment" => put(&mut comment, c.opt_string()),
             _ => c.skip(3),
         })?;
         Some(Response {
@@ -429,12 +381,9 @@ impl<'a> Cursor<'a> {
                     // An integer read as a float is the same number either way.
                     Some(c.integer()? as f64)
                 };
-                once(&mut size, v)
+                put(&mut size, Some(v))
             }
-            b"mimeType" => {
-                let v = c.opt_string()?;
-                once(&mut mime_type, v)
-            }
+            b"mimeType" => put(&mut mime_type, c.opt_string()),
             b"text" => {
                 let v = if c.null()? {
                     None
@@ -445,20 +394,11 @@ impl<'a> Cursor<'a> {
                     });
                     Some(c.text(ahead.then_some(&mut *text), decoded)?)
                 };
-                once(&mut literal, v)
+                put(&mut literal, Some(v))
             }
-            b"encoding" => {
-                let v = c.opt_string()?;
-                once(&mut encoding, v)
-            }
-            b"comment" => {
-                let v = c.opt_string()?;
-                once(&mut comment, v)
-            }
-            b"_file" => {
-                let v = c.opt_string()?;
-                once(&mut file, v)
-            }
+            b"encoding" => put(&mut encoding, c.opt_string()),
+            b"comment" => put(&mut comment, c.opt_string()),
+            b"_file" => put(&mut file, c.opt_string()),
             _ => c.skip(4),
         })?;
         Some(Content {
@@ -503,18 +443,9 @@ impl<'a> Cursor<'a> {
         self.elements(|c| {
             let (mut name, mut id, mut data) = (None, None, None);
             c.members(|c, key| match key {
-                b"eventName" => {
-                    let v = c.opt_cow()?;
-                    once(&mut name, v)
-                }
-                b"eventId" => {
-                    let v = c.opt_cow()?;
-                    once(&mut id, v)
-                }
-                b"data" => {
-                    let v = c.opt_cow()?;
-                    once(&mut data, v)
-                }
+                b"eventName" => put(&mut name, c.opt_cow()),
+                b"eventId" => put(&mut id, c.opt_cow()),
+                b"data" => put(&mut data, c.opt_cow()),
                 _ => c.skip(4),
             })?;
             all.push(EventSourceMessage {
