@@ -30,7 +30,7 @@ use crate::input::body_text;
 
 /// Deepest nesting of the values stepped over (the entry itself is level 1); deeper ones are
 /// left to serde_json.
-pub(super) const MAX_NESTING: usize = 64;
+const MAX_NESTING: usize = 64;
 
 /// `raw` read as one entry: the entry, and whether its body text is in `text` (decoded ahead;
 /// the entry's literal is the original either way); `None` where serde_json is to read it.
