@@ -2618,6 +2618,46 @@ mod tests {
     }
 
     #[test]
+    fn entries_not_all_utf8_have_each_string_read_checked_alone() {
+        let base = sse_entry(r#""id: 4\n\n""#, "");
+        let with = |from: &str, to: &[u8]| {
+            let at = base.find(from).expect("in the entry");
+            [
+                &base.as_bytes()[..at],
+                to,
+                &base.as_bytes()[at + from.len()..],
+            ]
+            .concat()
+        };
+        // A string stepped over need not be UTF-8 (serde_json does not check it): the entry
+        // is read, each string it lends checked on its own.
+        let skipped = with(r#""headers":[{"#, b"\"headers\":[{\"comment\":\"a\xffb\",");
+        assert!(serde_json::from_slice::<Entry<'_>>(&skipped).is_ok());
+        assert_eq!(direct_reading_agrees(&skipped), Ok(true));
+        // One lent, or a key, that is not UTF-8 is left to serde_json, which refuses it.
+        for raw in [
+            with(r#""value":"s1""#, b"\"value\":\"s\xff1\""),
+            with(r#""value":"s1""#, b"\"value\":\"s\\\"\xff1\""),
+            with(r#""headers":[{"#, b"\"headers\":[{\"x\xff\":1,"),
+        ] {
+            assert_eq!(direct_reading_agrees(&raw), Ok(false));
+            assert!(serde_json::from_slice::<Entry<'_>>(&raw).is_err());
+        }
+        // The same strings as text, each kind of escape among them, are read directly.
+        for raw in [
+            with(r#""value":"s1""#, "\"value\":\"s\u{e9}1\"".as_bytes()),
+            with(
+                r#""value":"s1""#,
+                "\"value\":\"\\\"s\u{e9}\\\";v=\\\"1\\\"\"".as_bytes(),
+            ),
+            with(r#""value":"s1""#, b"\"value\":\"\\\"s\\u00e9\\\"\""),
+            with(r#""headers":[{"#, "\"headers\":[{\"x\u{e9}\":1,".as_bytes()),
+        ] {
+            assert_eq!(direct_reading_agrees(&raw), Ok(true));
+        }
+    }
+
+    #[test]
     fn event_source_messages_write_ids_only_where_they_change() {
         let limits = Limits::default();
         let msg = |id: &'static str, data: &'static str| EventSourceMessage {

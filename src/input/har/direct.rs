@@ -35,7 +35,14 @@ const MAX_NESTING: usize = 64;
 /// `raw` read as one entry: the entry, and whether its body text is in `text` (decoded ahead;
 /// the entry's literal is the original either way); `None` where serde_json is to read it.
 pub(super) fn entry<'a>(raw: &'a [u8], text: &mut Vec<u8>) -> Option<(Entry<'a>, bool)> {
-    let mut c = Cursor { raw, at: 0 };
+    // One check of the whole entry, where it passes, stands for the check of each string
+    // lent (cut at quotes, so on character boundaries): one pass in place of a call a string.
+    let text_of = std::str::from_utf8(raw).ok();
+    let mut c = Cursor {
+        raw,
+        text_of,
+        at: 0,
+    };
     let mut decoded = false;
     let e = c.entry(text, &mut decoded)?;
     if c.ws().is_some() {
@@ -47,6 +54,8 @@ pub(super) fn entry<'a>(raw: &'a [u8], text: &mut Vec<u8>) -> Option<(Entry<'a>,
 /// A position in an entry's bytes.
 struct Cursor<'a> {
     raw: &'a [u8],
+    /// `raw` as text, when all of it is UTF-8.
+    text_of: Option<&'a str>,
     at: usize,
 }
 
@@ -105,14 +114,14 @@ impl<'a> Cursor<'a> {
         }
         loop {
             self.eat(b'"')?;
-            let (end, escaped) = string_end(self.raw, self.at)?;
-            if escaped {
+            let (end, escapes) = string_end(self.raw, self.at)?;
+            if escapes != Escapes::Absent {
                 // It may spell a member read here: serde_json decodes it to compare.
                 return None;
             }
             let key = self.raw.get(self.at..end)?;
             // serde_json reads the keys of a structure's members as text, unknown ones too.
-            if !key.is_ascii() {
+            if self.text_of.is_none() && !key.is_ascii() {
                 std::str::from_utf8(key).ok()?;
             }
             self.at = end + 1;
@@ -242,21 +251,23 @@ impl<'a> Cursor<'a> {
             return None;
         }
         let start = self.at;
-        let (end, escaped) = string_end(self.raw, start + 1)?;
+        let (end, escapes) = string_end(self.raw, start + 1)?;
         self.at = end + 1;
-        if escaped {
-            let inside = self.raw.get(start + 1..end)?;
-            if memchr::memmem::find(inside, b"\\u").is_none() {
-                return unescape_simple(inside).map(Cow::Owned);
+        match escapes {
+            Escapes::Absent => match self.text_of {
+                Some(text) => text.get(start + 1..end).map(Cow::Borrowed),
+                None => std::str::from_utf8(self.raw.get(start + 1..end)?)
+                    .ok()
+                    .map(Cow::Borrowed),
+            },
+            Escapes::Short => unescape_simple(self.raw.get(start + 1..end)?).map(Cow::Owned),
+            Escapes::Unicode => {
+                // Decoded where serde_json decodes it to the same text, and refused where it
+                // refuses it; the literal alone is given, so that room is made for it alone.
+                let mut decoded = Vec::new();
+                body_text::decode(self.raw.get(..=end)?, start, &mut decoded)?;
+                String::from_utf8(decoded).ok().map(Cow::Owned)
             }
-            // Decoded where serde_json decodes it to the same text, and refused where it
-            // refuses it; the literal alone is given, so that room is made for it alone.
-            let mut decoded = Vec::new();
-            body_text::decode(self.raw.get(..=end)?, start, &mut decoded)?;
-            String::from_utf8(decoded).ok().map(Cow::Owned)
-        } else {
-            let inside = self.raw.get(start + 1..end)?;
-            std::str::from_utf8(inside).ok().map(Cow::Borrowed)
         }
     }
 
@@ -463,55 +474,102 @@ impl<'a> Cursor<'a> {
 /// valid and none of which is a `\u`: `None` when the text is not UTF-8, which serde_json
 /// refuses too.
 fn unescape_simple(inside: &[u8]) -> Option<String> {
+    // Byte by byte: the strings are short and their escapes close together (a browser's
+    // `sec-ch-ua` quotes every brand), where a search for each backslash costs more than it
+    // steps over.
     let mut out = Vec::with_capacity(inside.len());
-    let mut rest = inside;
-    while let Some(i) = memchr::memchr(b'\\', rest) {
-        out.extend_from_slice(rest.get(..i)?);
-        out.push(match *rest.get(i + 1)? {
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            b @ (b'"' | b'\\' | b'/') => b,
-            _ => return None,
+    let mut bytes = inside.iter();
+    while let Some(&b) = bytes.next() {
+        out.push(if b != b'\\' {
+            b
+        } else {
+            match *bytes.next()? {
+                b'b' => 0x08,
+                b'f' => 0x0c,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                b @ (b'"' | b'\\' | b'/') => b,
+                _ => return None,
+            }
         });
-        rest = rest.get(i + 2..)?;
     }
-    out.extend_from_slice(rest);
     String::from_utf8(out).ok()
 }
 
-/// The position of the closing quote of the string whose content starts at `i`, and whether
-/// it holds escapes; `None` where serde_json refuses the string even when stepping over it (a
+/// The escapes a string holds, from the ones that need the least decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Escapes {
+    Absent,
+    /// Only escapes of one byte (`\\n`, `\\"`, …).
+    Short,
+    /// At least one `\\u`.
+    Unicode,
+}
+
+/// The position of the closing quote of the string whose content starts at `i`, and which
+/// escapes it holds; `None` where serde_json refuses the string even when stepping over it (a
 /// control byte, an escape JSON does not define, no closing quote). UTF-8 is not checked here:
 /// serde_json checks it only in strings it reads.
-fn string_end(raw: &[u8], mut i: usize) -> Option<(usize, bool)> {
-    let mut escaped = false;
+fn string_end(raw: &[u8], mut i: usize) -> Option<(usize, Escapes)> {
+    let mut escapes = Escapes::Absent;
     loop {
-        // Eight bytes at a time to the first that may stop the string.
-        while let Some(word) = raw.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-            let stops = stops(u64::from_le_bytes(*word));
-            if stops != 0 {
-                i += (stops.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
+        i = next_stop(raw, i);
         match *raw.get(i)? {
-            b'"' => return Some((i, escaped)),
+            b'"' => return Some((i, escapes)),
             b'\\' => {
-                escaped = true;
-                i += match *raw.get(i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
-                    b'u' if raw.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => 6,
+                let (len, kind) = match *raw.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => (2, Escapes::Short),
+                    b'u' if raw.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => {
+                        (6, Escapes::Unicode)
+                    }
                     _ => return None,
                 };
+                escapes = escapes.max(kind);
+                i += len;
             }
             b if b < 0x20 => return None,
             _ => i += 1,
         }
     }
+}
+
+/// The first position from `i` that may stop a string: a quote, a backslash or a control
+/// byte, or a byte of the last seven, which the caller looks at one by one (or the end).
+fn next_stop(raw: &[u8], mut i: usize) -> usize {
+    // Sixteen bytes at a time where the target compares them at once, then eight.
+    #[cfg(target_arch = "x86_64")]
+    while let Some(block) = raw.get(i..).and_then(<[u8]>::first_chunk::<16>) {
+        let stops = stops16(block);
+        if stops != 0 {
+            return i + stops.trailing_zeros() as usize;
+        }
+        i += 16;
+    }
+    while let Some(word) = raw.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let stops = stops(u64::from_le_bytes(*word));
+        if stops != 0 {
+            return i + (stops.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i
+}
+
+/// Bit `k` set when byte `k` of `block` is a quote, a backslash or a control byte (exact).
+#[cfg(target_arch = "x86_64")]
+fn stops16(block: &[u8; 16]) -> u32 {
+    use safe_arch::{
+        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, max_u8_m128i, move_mask_i8_m128i,
+        set_splat_i8_m128i,
+    };
+    let splat = |b: u8| set_splat_i8_m128i(b as i8);
+    let v = load_unaligned_m128i(block);
+    // A byte is below 0x20 exactly when its unsigned maximum with 0x1F is 0x1F.
+    let control = cmp_eq_mask_i8_m128i(max_u8_m128i(v, splat(0x1F)), splat(0x1F));
+    let quote = cmp_eq_mask_i8_m128i(v, splat(b'"'));
+    let backslash = cmp_eq_mask_i8_m128i(v, splat(b'\\'));
+    move_mask_i8_m128i(bitor_m128i(bitor_m128i(quote, backslash), control)) as u32
 }
 
 /// The high bit of each byte of `w` that is a quote, a backslash or a control byte. The lowest
