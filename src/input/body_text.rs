@@ -219,7 +219,7 @@ fn decode_into(raw: &[u8], mut i: usize, out: &mut [u8], w: &mut usize) -> Optio
         if raw.get(i) == Some(&b'"') {
             return Some(i);
         }
-        i = unescape(raw, i, out, w)?;
+        i = unescape_short(raw, i, out, w)?;
     }
 }
 
@@ -260,7 +260,7 @@ fn decode_blocks(
             if block[k] == b'"' {
                 return Some(Some(*i + k));
             }
-            let next = unescape(raw, *i + k, out, w)?;
+            let next = unescape_short(raw, *i + k, out, w)?;
             from = next - *i;
             if from >= 64 {
                 *i = next;
@@ -303,6 +303,34 @@ fn finish(raw: &[u8], at: usize, end: usize, out: &[u8]) -> Option<usize> {
         return None;
     }
     Some(end + 1)
+}
+
+/// What each escape of one byte decodes to (`\\n` to a line feed, ...); 0 for the others
+/// (`\\u` and those JSON does not define), none of which decodes to 0.
+const SHORT_ESCAPES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'/' as usize] = b'/';
+    table[b'b' as usize] = 0x08;
+    table[b'f' as usize] = 0x0c;
+    table[b'n' as usize] = b'\n';
+    table[b'r' as usize] = b'\r';
+    table[b't' as usize] = b'\t';
+    table
+};
+
+/// [`unescape`], with the escapes of one byte (an event stream's line ends and quotes, nearly
+/// all of them) decoded in place by a look-up: the call and the match are for `\\u`.
+#[inline(always)]
+fn unescape_short(raw: &[u8], i: usize, out: &mut [u8], w: &mut usize) -> Option<usize> {
+    let byte = SHORT_ESCAPES[usize::from(*raw.get(i + 1)?)];
+    if byte == 0 {
+        return unescape(raw, i, out, w);
+    }
+    *out.get_mut(*w)? = byte;
+    *w += 1;
+    Some(i + 2)
 }
 
 /// Decodes the escape whose backslash is at `i` into `out` at `*w`; the position after it, or
