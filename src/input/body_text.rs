@@ -305,8 +305,8 @@ fn finish(raw: &[u8], at: usize, end: usize, out: &[u8]) -> Option<usize> {
     Some(end + 1)
 }
 
-/// What each escape of one byte decodes to (`\\n` to a line feed, ...); 0 for the others
-/// (`\\u` and those JSON does not define), none of which decodes to 0.
+/// What each escape of one byte decodes to (`\n` to a line feed, ...); 0 for the others
+/// (`\u` and those JSON does not define), none of which decodes to 0.
 const SHORT_ESCAPES: [u8; 256] = {
     let mut table = [0u8; 256];
     table[b'"' as usize] = b'"';
@@ -321,7 +321,7 @@ const SHORT_ESCAPES: [u8; 256] = {
 };
 
 /// [`unescape`], with the escapes of one byte (an event stream's line ends and quotes, nearly
-/// all of them) decoded in place by a look-up: the call and the match are for `\\u`.
+/// all of them) decoded in place by a look-up: the call and the match are for `\u`.
 #[inline(always)]
 fn unescape_short(raw: &[u8], i: usize, out: &mut [u8], w: &mut usize) -> Option<usize> {
     let byte = SHORT_ESCAPES[usize::from(*raw.get(i + 1)?)];

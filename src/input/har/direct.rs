@@ -501,9 +501,9 @@ fn unescape_simple(inside: &[u8]) -> Option<String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Escapes {
     Absent,
-    /// Only escapes of one byte (`\\n`, `\\"`, …).
+    /// Only escapes of one byte (`\n`, `\"`, …).
     Short,
-    /// At least one `\\u`.
+    /// At least one `\u`.
     Unicode,
 }
 
