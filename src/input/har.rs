@@ -2655,6 +2655,24 @@ mod tests {
         ] {
             assert_eq!(direct_reading_agrees(&raw), Ok(true));
         }
+        // An entry too large to be checked whole has each string it lends checked alone.
+        let pad = format!(r#""url":"http://h/mcp","x":"{}""#, "x".repeat(20 << 10));
+        let large = |value: &[u8]| {
+            let raw = with(r#""url":"http://h/mcp""#, pad.as_bytes());
+            let at = raw
+                .windows(12)
+                .position(|w| w == br#""value":"s1""#)
+                .expect("value");
+            [&raw[..at], value, &raw[at + 12..]].concat()
+        };
+        assert_eq!(direct_reading_agrees(&large(b"\"value\":\"s1\"")), Ok(true));
+        assert_eq!(
+            direct_reading_agrees(&large("\"value\":\"s\u{e9}\"".as_bytes())),
+            Ok(true)
+        );
+        let bad = large(b"\"value\":\"s\xff\"");
+        assert_eq!(direct_reading_agrees(&bad), Ok(false));
+        assert!(serde_json::from_slice::<Entry<'_>>(&bad).is_err());
     }
 
     #[test]

@@ -32,12 +32,21 @@ use crate::input::body_text;
 /// left to serde_json.
 const MAX_NESTING: usize = 64;
 
+/// Entries up to this size are checked for UTF-8 whole: about what checking a few dozen
+/// strings one by one costs (a string's check counted as some 230 bytes of the whole's, both
+/// measured in instructions under callgrind).
+const WHOLE_CHECK_BYTES: usize = 16 << 10;
+
 /// `raw` read as one entry: the entry, and whether its body text is in `text` (decoded ahead;
 /// the entry's literal is the original either way); `None` where serde_json is to read it.
 pub(super) fn entry<'a>(raw: &'a [u8], text: &mut Vec<u8>) -> Option<(Entry<'a>, bool)> {
     // One check of the whole entry, where it passes, stands for the check of each string
     // lent (cut at quotes, so on character boundaries): one pass in place of a call a string.
-    let text_of = std::str::from_utf8(raw).ok();
+    // An entry's strings outside its body are a few dozen whatever its size, so past
+    // `WHOLE_CHECK_BYTES` (a large body, checked as it is decoded) they are checked alone.
+    let text_of = (raw.len() <= WHOLE_CHECK_BYTES)
+        .then(|| std::str::from_utf8(raw).ok())
+        .flatten();
     let mut c = Cursor {
         raw,
         text_of,
