@@ -1218,13 +1218,31 @@ struct EventSourceMessage<'a> {
     data: Option<Cow<'a, str>>,
 }
 
-/// First value of the header `name` (names compared without regard to case), trimmed of
-/// optional whitespace as an HTTP parser would.
-fn header<'h>(headers: &'h [Header<'_>], name: &str) -> Option<&'h str> {
-    headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case(name))
-        .map(|h| h.value.trim_matches([' ', '\t']))
+/// For each of `names`, the first value of the header of that name (names compared without
+/// regard to case), trimmed of optional whitespace as an HTTP parser would. One pass over
+/// `headers` finds them all: an entry's few wanted headers are looked up together.
+fn headers_named<'h, const N: usize>(
+    headers: &'h [Header<'_>],
+    names: [&str; N],
+) -> [Option<&'h str>; N] {
+    let mut found = [None; N];
+    let mut left = N;
+    for h in headers {
+        let name = h.name.as_ref();
+        // The first header of a name is the one taken, as `header` takes it.
+        if let Some(slot) = names
+            .iter()
+            .zip(found.iter_mut())
+            .find_map(|(n, slot)| (slot.is_none() && name.eq_ignore_ascii_case(n)).then_some(slot))
+        {
+            *slot = Some(h.value.trim_matches([' ', '\t']));
+            left -= 1;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    found
 }
 
 /// What the entry's body was, as far as the HAR holds it.
@@ -1404,18 +1422,18 @@ impl HarRun<'_> {
         let mark = Mark::new(index, time_ns);
         let req = &e.request;
         let opt = |what: &str, v: Option<&str>| v.map(|v| self.kept(what, v)).transpose();
-        let last_event_id = opt("Last-Event-ID", header(&req.headers, "last-event-id"))?;
+        let [last_event_id, session_id, protocol_version] = headers_named(
+            &req.headers,
+            ["last-event-id", "mcp-session-id", "mcp-protocol-version"],
+        );
+        let last_event_id = opt("Last-Event-ID", last_event_id)?;
         let head = RequestHead {
             exchange: 0,
             method: head_text_owned(self.kept("request.method", &req.method)?),
             target: head_text_owned(self.kept("request.url", &req.url)?),
-            session_id: opt("Mcp-Session-Id", header(&req.headers, "mcp-session-id"))?,
+            session_id: opt("Mcp-Session-Id", session_id)?,
             last_event_id: last_event_id.clone(),
-            protocol_version: opt(
-                "MCP-Protocol-Version",
-                header(&req.headers, "mcp-protocol-version"),
-            )?
-            .map(head_text_owned),
+            protocol_version: opt("MCP-Protocol-Version", protocol_version)?.map(head_text_owned),
             first: mark,
             complete: mark,
             // A HAR entry does not name the HTTP/2 stream that carried it.
@@ -1438,23 +1456,23 @@ impl HarRun<'_> {
             tracker.finish(None, true, mark);
             outcome.reason = Some(NO_RESPONSE);
         } else {
-            let content_type = header(&resp.headers, "content-type").or(resp
-                .content
-                .mime_type
-                .as_deref()
-                .filter(|m| !m.is_empty()));
+            let [content_type, session_id, content_encoding, content_length] = headers_named(
+                &resp.headers,
+                [
+                    "content-type",
+                    "mcp-session-id",
+                    "content-encoding",
+                    "content-length",
+                ],
+            );
+            let content_type =
+                content_type.or(resp.content.mime_type.as_deref().filter(|m| !m.is_empty()));
             let head = ResponseHead {
                 exchange: 0,
                 status,
                 content_type: opt("response Content-Type", content_type)?.map(head_text_owned),
-                session_id: opt(
-                    "response Mcp-Session-Id",
-                    header(&resp.headers, "mcp-session-id"),
-                )?,
-                content_encoding: opt(
-                    "Content-Encoding",
-                    header(&resp.headers, "content-encoding"),
-                )?,
+                session_id: opt("response Mcp-Session-Id", session_id)?,
+                content_encoding: opt("Content-Encoding", content_encoding)?,
                 first: mark,
                 complete: mark,
                 h2_stream: None,
@@ -1465,7 +1483,8 @@ impl HarRun<'_> {
             // session its facts (what was delivered, to which session).
             if wants_body {
                 let last = last_event_id.as_deref().unwrap_or("");
-                outcome = self.feed_body(&e, decoded, last, &mut tracker, mark)?;
+                let lengths = (content_encoding, content_length);
+                outcome = self.feed_body(&e, decoded, lengths, last, &mut tracker, mark)?;
             }
             tracker.body_end(0, outcome.how, mark);
         }
@@ -1513,6 +1532,7 @@ impl HarRun<'_> {
         &mut self,
         e: &Entry<'_>,
         decoded: Option<&[u8]>,
+        (content_encoding, content_length): (Option<&str>, Option<&str>),
         last_event_id: &str,
         tracker: &mut ExchangeTracker,
         mark: Mark,
@@ -1572,10 +1592,10 @@ impl HarRun<'_> {
         // What the entry says of the body's length. Content.size is the decoded length by the
         // HAR spec, but some tools write the encoded length: it is only compared when the
         // body was not content-encoded.
-        let encoded = header(&resp.headers, "content-encoding")
+        let encoded = content_encoding
             .is_some_and(|v| v.split(',').any(|c| !matches!(c.trim(), "" | "identity")));
         let declared = (!encoded)
-            .then(|| header(&resp.headers, "content-length"))
+            .then_some(content_length)
             .flatten()
             .and_then(|v| v.parse::<u64>().ok());
         let size_says_more = !encoded && c.size.is_some_and(|s| s.is_finite() && s > fed as f64);
@@ -2614,6 +2634,43 @@ mod tests {
         ];
         for raw in &read {
             assert_eq!(direct_reading_agrees(raw.as_bytes()), Ok(true), "{raw}");
+        }
+    }
+
+    #[test]
+    fn wanted_headers_are_the_first_of_each_name_found_in_one_pass() {
+        let h = |name: &'static str, value: &'static str| Header {
+            name: Cow::Borrowed(name),
+            value: Cow::Borrowed(value),
+        };
+        let headers = [
+            h("Content-Length", " 12\t"),
+            h("MCP-Session-Id", "s1"),
+            h("content-type", "text/event-stream"),
+            h("mcp-session-id", "s2"),
+            h("Content-Encoding", "gzip"),
+        ];
+        let [ty, sid, length, absent] = headers_named(
+            &headers,
+            [
+                "content-type",
+                "mcp-session-id",
+                "content-length",
+                "last-event-id",
+            ],
+        );
+        assert_eq!(ty, Some("text/event-stream"));
+        // The first of two, whatever their case; values trimmed of spaces and tabs.
+        assert_eq!(sid, Some("s1"));
+        assert_eq!(length, Some("12"));
+        assert_eq!(absent, None);
+        // Each name looked up alone gives the same.
+        for name in ["content-encoding", "mcp-session-id", "content-length", "x"] {
+            let alone = headers
+                .iter()
+                .find(|x| x.name.eq_ignore_ascii_case(name))
+                .map(|x| x.value.trim_matches([' ', '\t']));
+            assert_eq!(headers_named(&headers, [name])[0], alone, "{name}");
         }
     }
 
