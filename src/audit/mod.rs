@@ -3402,7 +3402,7 @@ mod tests {
             self.conn += 1;
             for mut r in t.resumes.drain(..) {
                 r.connection = at.clone();
-                self.resumes.push(r);
+                self.resumes.push(*r);
             }
             for mut x in t.summaries.drain(..) {
                 x.connection = at.clone();
@@ -3515,7 +3515,7 @@ data: "
         };
         c.resumes.extend(t.resumes.drain(..).map(|mut r| {
             r.connection = conn.clone();
-            r
+            *r
         }));
         c.xs.extend(t.summaries.drain(..).map(|mut x| {
             x.connection = conn.clone();

@@ -770,7 +770,9 @@ struct Shard {
 /// Emptied resume and summary lists, with their room.
 #[derive(Default)]
 struct Lists {
-    resumes: Vec<ResumeRecord>,
+    // Boxed as the tracker makes them (see `ExchangeTracker::resumes`).
+    #[allow(clippy::vec_box)]
+    resumes: Vec<Box<ResumeRecord>>,
     summaries: Vec<ExchangeSummary>,
 }
 
@@ -1084,7 +1086,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>, tls_inf
         },
     };
     let overflowed = c.tcp.stats().overflows > 0;
-    let finished = |mut r: ResumeRecord| {
+    let finished = |mut r: Box<ResumeRecord>| {
         // Gaps on a connection whose out-of-order buffer overflowed are the limit's doing.
         if overflowed
             && r.decision.verdict == Verdict::CaptureIncomplete
@@ -1109,7 +1111,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>, tls_inf
             frame,
             stream,
             exchange,
-            event: StageEvent::Ended(Some(Box::new(x)), r.map(Box::new)),
+            event: StageEvent::Ended(Some(Box::new(x)), r),
         });
     }
     for r in resumes.drain(..) {
@@ -1117,7 +1119,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>, tls_inf
             frame,
             stream,
             exchange: r.exchange,
-            event: StageEvent::Ended(None, Some(Box::new(finished(r)))),
+            event: StageEvent::Ended(None, Some(finished(r))),
         });
     }
 }

@@ -859,7 +859,10 @@ pub struct ExchangeTracker {
     /// `DELETE`), and inline the slot made each of them some 340 bytes larger.
     hot: Option<(u32, Box<OpenExchange>)>,
     /// Decided resumes, in the order they were decided; the connection fills in endpoints.
-    pub resumes: Vec<ResumeRecord>,
+    /// Boxed where they are made: a record (some 620 bytes) is handed on to the session stage
+    /// in a box, and was copied whole at each step on the way to it (out of this list, through
+    /// the endpoints' filling in, into the box).
+    pub resumes: Vec<Box<ResumeRecord>>,
     /// Exchange summaries for the session stage, in the order they completed.
     pub summaries: Vec<ExchangeSummary>,
     /// Session ids seen on the connection, as their `fact_hash`: only how many distinct
@@ -1270,7 +1273,7 @@ impl ExchangeTracker {
                     request.complete
                 },
             );
-        self.resumes.push(ResumeRecord {
+        self.resumes.push(Box::new(ResumeRecord {
             session_id,
             decision,
             last_event_id,
@@ -1298,7 +1301,7 @@ impl ExchangeTracker {
             retry: summary.map(|s| s.retry.clone()).unwrap_or_default(),
             ids_opaque,
             forensic: Forensics::default(),
-        });
+        }));
     }
 
     /// Ends the event stream of an exchange; ids or event types cut at the field limit are
@@ -2537,7 +2540,7 @@ mod tests {
             }
         }
         t.body_end(0, BodyEnd::Complete, Mark::new(frame, frame as i64 * 10));
-        (t.resumes, t.summaries)
+        (t.resumes.into_iter().map(|r| *r).collect(), t.summaries)
     }
 
     /// The facts of an exchange with every mark blanked: marks name the frame of the piece

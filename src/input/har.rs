@@ -1517,7 +1517,7 @@ impl HarRun<'_> {
                 har_entry: Some(index),
                 tls: None,
             };
-            self.report.resumes.push(r);
+            self.report.resumes.push(*r);
         }
         for mut x in tracker.summaries.drain(..) {
             x.connection.har_entry = Some(index);
