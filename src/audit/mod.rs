@@ -3406,7 +3406,7 @@ mod tests {
             }
             for mut x in t.summaries.drain(..) {
                 x.connection = at.clone();
-                self.xs.push(x);
+                self.xs.push(*x);
             }
             request
         }
@@ -3519,7 +3519,7 @@ data: "
         }));
         c.xs.extend(t.summaries.drain(..).map(|mut x| {
             x.connection = conn.clone();
-            x
+            *x
         }));
         let (r, _) = c.run(&Options::default());
         let dup = r[0]

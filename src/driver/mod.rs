@@ -767,13 +767,13 @@ struct Shard {
     tls_infos: TlsInfos,
 }
 
-/// Emptied resume and summary lists, with their room.
+/// Emptied resume and summary lists, with their room: the tracker's lists, whose records are
+/// boxed where it makes them (see `ExchangeTracker::resumes`).
 #[derive(Default)]
+#[allow(clippy::vec_box)]
 struct Lists {
-    // Boxed as the tracker makes them (see `ExchangeTracker::resumes`).
-    #[allow(clippy::vec_box)]
     resumes: Vec<Box<ResumeRecord>>,
-    summaries: Vec<ExchangeSummary>,
+    summaries: Vec<Box<ExchangeSummary>>,
 }
 
 impl Lists {
@@ -1111,7 +1111,7 @@ fn drain(stream: u64, c: &mut Conn, frame: u64, events: &mut Vec<Keyed>, tls_inf
             frame,
             stream,
             exchange,
-            event: StageEvent::Ended(Some(Box::new(x)), r),
+            event: StageEvent::Ended(Some(x), r),
         });
     }
     for r in resumes.drain(..) {

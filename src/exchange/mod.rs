@@ -863,8 +863,9 @@ pub struct ExchangeTracker {
     /// in a box, and was copied whole at each step on the way to it (out of this list, through
     /// the endpoints' filling in, into the box).
     pub resumes: Vec<Box<ResumeRecord>>,
-    /// Exchange summaries for the session stage, in the order they completed.
-    pub summaries: Vec<ExchangeSummary>,
+    /// Exchange summaries for the session stage, in the order they completed; boxed where
+    /// they are made, as the resumes are.
+    pub summaries: Vec<Box<ExchangeSummary>>,
     /// Session ids seen on the connection, as their `fact_hash`: only how many distinct
     /// sessions the input has is counted from them, and a hash needs no copy of the id.
     pub session_ids: SessionHashes,
@@ -1170,7 +1171,7 @@ impl ExchangeTracker {
             None if empty_stream => (None, true, 0),
             summary => held_stream(summary),
         };
-        self.summaries.push(ExchangeSummary {
+        self.summaries.push(Box::new(ExchangeSummary {
             connection: ConnectionRef::default(),
             exchange,
             session_id: kept_session_id,
@@ -1187,7 +1188,7 @@ impl ExchangeTracker {
             stream_empty,
             stream_room,
             opens_session,
-        });
+        }));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2540,7 +2541,8 @@ mod tests {
             }
         }
         t.body_end(0, BodyEnd::Complete, Mark::new(frame, frame as i64 * 10));
-        (t.resumes.into_iter().map(|r| *r).collect(), t.summaries)
+        let summaries = t.summaries.into_iter().map(|x| *x).collect();
+        (t.resumes.into_iter().map(|r| *r).collect(), summaries)
     }
 
     /// The facts of an exchange with every mark blanked: marks name the frame of the piece

@@ -1521,7 +1521,7 @@ impl HarRun<'_> {
         }
         for mut x in tracker.summaries.drain(..) {
             x.connection.har_entry = Some(index);
-            self.report.summaries.push(x);
+            self.report.summaries.push(*x);
         }
         Ok(())
     }
