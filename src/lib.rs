@@ -32,6 +32,7 @@ mod driver;
 mod exchange;
 mod facts;
 mod input;
+mod json_stops;
 mod net;
 mod record;
 mod report;

@@ -10,6 +10,7 @@
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 
+use crate::json_stops;
 use crate::net::decode::Endpoint;
 
 /// How serde_json escapes each byte: 0 for none, `u` for `\u00XX`, else the letter after `\`.
@@ -30,35 +31,12 @@ static ESCAPE: [u8; 256] = {
     t
 };
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// True when one of the eight bytes may need escaping: below 0x20, `"` or `\`. Exact for
-/// "none": a word without such a byte never says true.
-fn word_may_escape(w: u64) -> bool {
-    let below_space = w.wrapping_sub(ONES * 0x20) & !w;
-    let q = w ^ (ONES * u64::from(b'"'));
-    let quote = q.wrapping_sub(ONES) & !q;
-    let b = w ^ (ONES * u64::from(b'\\'));
-    let backslash = b.wrapping_sub(ONES) & !b;
-    (below_space | quote | backslash) & HIGHS != 0
-}
-
-/// True when some byte of `bytes` needs escaping. Every byte is looked at, with no early
-/// exit, so that the loop runs on vector registers: the report's strings are short and
-/// nearly always plain.
-fn any_escape(bytes: &[u8]) -> bool {
-    bytes.iter().fold(false, |acc, &b| {
-        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    })
-}
-
 /// `s` as a JSON string.
 pub fn str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    if !any_escape(bytes) {
+    if json_stops::plain(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
@@ -67,7 +45,7 @@ pub fn str(out: &mut Vec<u8>, s: &str) {
     let mut i = 0;
     while i < bytes.len() {
         if let Some(word) = bytes[i..].first_chunk::<8>()
-            && !word_may_escape(u64::from_le_bytes(*word))
+            && json_stops::stops(u64::from_le_bytes(*word)) == 0
         {
             i += 8;
             continue;
@@ -370,22 +348,6 @@ mod tests {
                 serde_json::to_string(&s).unwrap(),
                 "{s:?}"
             );
-        }
-    }
-
-    #[test]
-    fn a_byte_to_escape_is_found_at_every_place_and_length() {
-        let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-        for len in 0..=41 {
-            let mut bytes = vec![b'x'; len];
-            assert!(!any_escape(&bytes), "plain, {len} bytes");
-            for at in 0..len {
-                for b in 0..=255u8 {
-                    bytes[at] = b;
-                    assert_eq!(any_escape(&bytes), needs(b), "{b:#04x} at {at} of {len}");
-                }
-                bytes[at] = b'x';
-            }
         }
     }
 

@@ -27,6 +27,9 @@ use std::borrow::Cow;
 
 use super::{Content, Entry, EventSourceMessage, Header, Request, Response, TextLiteral};
 use crate::input::body_text;
+use crate::json_stops::stops;
+#[cfg(target_arch = "x86_64")]
+use crate::json_stops::stops16;
 
 /// Deepest nesting of the values stepped over (the entry itself is level 1); deeper ones are
 /// left to serde_json.
@@ -563,31 +566,4 @@ fn next_stop(raw: &[u8], mut i: usize) -> usize {
         i += 8;
     }
     i
-}
-
-/// Bit `k` set when byte `k` of `block` is a quote, a backslash or a control byte (exact).
-#[cfg(target_arch = "x86_64")]
-fn stops16(block: &[u8; 16]) -> u32 {
-    use safe_arch::{
-        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, max_u8_m128i, move_mask_i8_m128i,
-        set_splat_i8_m128i,
-    };
-    let splat = |b: u8| set_splat_i8_m128i(b as i8);
-    let v = load_unaligned_m128i(block);
-    // A byte is below 0x20 exactly when its unsigned maximum with 0x1F is 0x1F.
-    let control = cmp_eq_mask_i8_m128i(max_u8_m128i(v, splat(0x1F)), splat(0x1F));
-    let quote = cmp_eq_mask_i8_m128i(v, splat(b'"'));
-    let backslash = cmp_eq_mask_i8_m128i(v, splat(b'\\'));
-    move_mask_i8_m128i(bitor_m128i(bitor_m128i(quote, backslash), control)) as u32
-}
-
-/// The high bit of each byte of `w` that is a quote, a backslash or a control byte. The lowest
-/// one set is exact; above it a borrow may set more, which the byte-wise check then passes.
-fn stops(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    zero_bytes(w ^ (ONES * u64::from(b'"')))
-        | zero_bytes(w ^ (ONES * u64::from(b'\\')))
-        | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
 }
