@@ -146,19 +146,25 @@ pub fn head_text_owned(value: String) -> HeadText {
 }
 
 fn known_head_text(value: &str) -> Option<&'static str> {
+    known_head_bytes(value.as_bytes())
+}
+
+/// The program's copy of `value` when it is one of the values exchanges repeat; told by its
+/// bytes, so that a header value read as bytes needs no UTF-8 check to be found one.
+pub fn known_head_bytes(value: &[u8]) -> Option<&'static str> {
     Some(match value {
-        "GET" => "GET",
-        "POST" => "POST",
-        "DELETE" => "DELETE",
-        "/mcp" => "/mcp",
-        "/mcp/" => "/mcp/",
-        "/" => "/",
-        "2024-11-05" => "2024-11-05",
-        "2025-03-26" => "2025-03-26",
-        "2025-06-18" => "2025-06-18",
-        "2025-11-25" => "2025-11-25",
-        "text/event-stream" => "text/event-stream",
-        "application/json" => "application/json",
+        b"GET" => "GET",
+        b"POST" => "POST",
+        b"DELETE" => "DELETE",
+        b"/mcp" => "/mcp",
+        b"/mcp/" => "/mcp/",
+        b"/" => "/",
+        b"2024-11-05" => "2024-11-05",
+        b"2025-03-26" => "2025-03-26",
+        b"2025-06-18" => "2025-06-18",
+        b"2025-11-25" => "2025-11-25",
+        b"text/event-stream" => "text/event-stream",
+        b"application/json" => "application/json",
         _ => return None,
     })
 }

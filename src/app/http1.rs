@@ -47,7 +47,7 @@ use memchr::memmem;
 use crate::app::coding::{ContentCoding, ContentDecoder};
 use crate::record::{
     Anomaly, BodyEnd, Direction, HeadText, HttpSink, Limits, Mark, RequestHead, ResponseHead,
-    StreamEnd, head_text, head_text_owned,
+    StreamEnd, head_text, known_head_bytes,
 };
 
 /// Header lines parsed per head; more is reported as `HeaderTooLarge`.
@@ -1481,9 +1481,14 @@ fn name_is<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
 /// A header value the report shows as it is, the program's own copy when exchanges repeat it
 /// (no allocation then).
 fn head_value(value: &[u8]) -> HeadText {
+    // A value exchanges repeat is found by its bytes, before (and without) a check of its
+    // UTF-8; a text decoded lossily holds U+FFFD, which none of them does.
+    if let Some(known) = known_head_bytes(value) {
+        return HeadText::Borrowed(known);
+    }
     match std::str::from_utf8(value) {
-        Ok(s) => head_text(s),
-        Err(_) => head_text_owned(String::from_utf8_lossy(value).into_owned()),
+        Ok(s) => HeadText::Owned(s.to_owned()),
+        Err(_) => HeadText::Owned(String::from_utf8_lossy(value).into_owned()),
     }
 }
 
