@@ -859,9 +859,9 @@ pub struct ExchangeTracker {
     /// `DELETE`), and inline the slot made each of them some 340 bytes larger.
     hot: Option<(u32, Box<OpenExchange>)>,
     /// Decided resumes, in the order they were decided; the connection fills in endpoints.
-    /// Boxed where they are made: a record (some 620 bytes) is handed on to the session stage
-    /// in a box, and was copied whole at each step on the way to it (out of this list, through
-    /// the endpoints' filling in, into the box).
+    /// Boxed where they are made: a record (some 620 bytes) reaches the session stage in a
+    /// box, and held by value it would be copied whole at each step on the way (out of this
+    /// list, through the filling in of its endpoints, into the box).
     pub resumes: Vec<Box<ResumeRecord>>,
     /// Exchange summaries for the session stage, in the order they completed; boxed where
     /// they are made, as the resumes are.

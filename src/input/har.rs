@@ -1229,7 +1229,7 @@ fn headers_named<'h, const N: usize>(
     let mut left = N;
     for h in headers {
         let name = h.name.as_ref();
-        // The first header of a name is the one taken, as `header` takes it.
+        // The first header of each name is the one taken; later ones of the name are not.
         if let Some(slot) = names
             .iter()
             .zip(found.iter_mut())
