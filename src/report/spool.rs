@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::collections::binary_heap::PeekMut;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
 use crate::audit::{self, Finding, SessionView, Severity};
@@ -41,8 +41,6 @@ const MERGE_READ_AHEAD: usize = 4 << 20;
 /// MB report, read back 8 KiB at a time, took some 30,000 of them).
 const RUN_READ_AHEAD: usize = MERGE_READ_AHEAD / MERGE_FAN_IN;
 const RUN_READ_AHEAD_MAX: usize = 256 << 10;
-/// Bytes gathered before each write of a run to the file.
-const RUN_WRITE_BUFFER: usize = 256 << 10;
 
 /// Where a line sorts: its section (resumes, findings, views), then the section's order, then
 /// the order lines came in.
@@ -81,6 +79,8 @@ pub struct Spool {
     /// Bytes in the file.
     file_len: u64,
     runs: Vec<Run>,
+    /// The fixed parts of the entries of the run being written to the file.
+    heads: Vec<u8>,
     seq: u64,
     counts: [usize; 3],
     /// Verdicts and findings counted as they come.
@@ -118,6 +118,7 @@ impl Spool {
             file: None,
             file_len: 0,
             runs: Vec::new(),
+            heads: Vec::new(),
             seq: 0,
             counts: [0; 3],
             summary: Summary::new(),
@@ -177,14 +178,36 @@ impl Spool {
                 None => temp_file()?,
             };
             let result = (|| {
-                f.seek(SeekFrom::Start(from))?;
-                let mut out = Counted::new(BufWriter::with_capacity(RUN_WRITE_BUFFER, &mut f));
+                // Each entry's fixed parts and text gathered in one buffer, written with the
+                // lines where they are, one vectored write for hundreds of entries: the lines
+                // pass through no buffer of this process on their way to the file.
+                let mut heads = std::mem::take(&mut self.heads);
+                heads.clear();
                 for slot in &self.slots {
-                    let line = self.buf.get(slot.from..slot.to).unwrap_or(&[]);
-                    write_entry(&mut out, &slot.key, line)?;
+                    let fixed = entry_fixed(&slot.key, slot.to - slot.from)?;
+                    heads.extend_from_slice(&fixed[..ENTRY_HEAD]);
+                    if let Some(text) = slot.key.text.as_deref() {
+                        heads.extend_from_slice(text.as_bytes());
+                    }
+                    heads.extend_from_slice(&fixed[ENTRY_HEAD..]);
                 }
-                out.inner.flush()?;
-                Ok(out.count)
+                let mut at = 0;
+                let mut pieces = Vec::with_capacity(2 * self.slots.len());
+                for slot in &self.slots {
+                    let head_len =
+                        ENTRY_HEAD + ENTRY_TAIL + slot.key.text.as_deref().map_or(0, str::len);
+                    pieces.push(IoSlice::new(heads.get(at..at + head_len).unwrap_or(&[])));
+                    pieces.push(IoSlice::new(
+                        self.buf.get(slot.from..slot.to).unwrap_or(&[]),
+                    ));
+                    at += head_len;
+                }
+                let total: usize = pieces.iter().map(|p| p.len()).sum();
+                f.seek(SeekFrom::Start(from))?;
+                let written = write_all_vectored(&mut f, &mut pieces);
+                drop(pieces);
+                self.heads = heads;
+                written.map(|()| total as u64)
             })();
             self.file = Some(f);
             result
@@ -268,62 +291,53 @@ impl Spool {
     }
 }
 
-/// Counts the bytes written through it.
-struct Counted<W: Write> {
-    inner: W,
-    count: u64,
-}
-
-impl<W: Write> Counted<W> {
-    fn new(inner: W) -> Self {
-        Counted { inner, count: 0 }
-    }
-}
-
-impl<W: Write> Write for Counted<W> {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(b)?;
-        self.count += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 /// A run entry: section, four key words, text (length, or `u32::MAX` for none), sequence,
 /// line length, line.
 fn write_entry<W: Write + ?Sized>(out: &mut W, key: &SortKey, line: &[u8]) -> std::io::Result<()> {
-    // Head and tail in one buffer, written in one piece when no text comes between them
-    // (resumes have none).
+    let fixed = entry_fixed(key, line.len())?;
+    // Head and tail in one piece when no text comes between them (resumes have none).
+    match key.text.as_deref() {
+        None => out.write_all(&fixed)?,
+        Some(text) => {
+            out.write_all(&fixed[..ENTRY_HEAD])?;
+            out.write_all(text.as_bytes())?;
+            out.write_all(&fixed[ENTRY_HEAD..])?;
+        }
+    }
+    out.write_all(line)
+}
+
+/// The fixed parts of an entry for `key` and a line of `line_len` bytes: its head, then its
+/// tail (the key's text, if any, goes between them).
+fn entry_fixed(key: &SortKey, line_len: usize) -> std::io::Result<[u8; ENTRY_HEAD + ENTRY_TAIL]> {
     let mut fixed = [0u8; ENTRY_HEAD + ENTRY_TAIL];
     let (head, tail) = fixed.split_at_mut(ENTRY_HEAD);
     head[0] = key.section;
     for (to, w) in head[1..33].chunks_exact_mut(8).zip(key.words) {
         to.copy_from_slice(&w.to_le_bytes());
     }
-    let text = match &key.text {
-        Some(t) => {
-            let len = u32::try_from(t.len()).map_err(std::io::Error::other)?;
-            head[33..].copy_from_slice(&len.to_le_bytes());
-            t.as_bytes()
-        }
-        None => {
-            head[33..].copy_from_slice(&u32::MAX.to_le_bytes());
-            &[]
-        }
+    let text_len = match &key.text {
+        Some(t) => u32::try_from(t.len()).map_err(std::io::Error::other)?,
+        None => u32::MAX,
     };
+    head[33..].copy_from_slice(&text_len.to_le_bytes());
     tail[..8].copy_from_slice(&key.seq.to_le_bytes());
-    let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
+    let len = u32::try_from(line_len).map_err(std::io::Error::other)?;
     tail[8..].copy_from_slice(&len.to_le_bytes());
-    if text.is_empty() {
-        out.write_all(&fixed)?;
-    } else {
-        out.write_all(&fixed[..ENTRY_HEAD])?;
-        out.write_all(text)?;
-        out.write_all(&fixed[ENTRY_HEAD..])?;
+    Ok(fixed)
+}
+
+/// Writes every byte of `pieces`, in order, with as few calls as the system allows.
+fn write_all_vectored(f: &mut File, mut pieces: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !pieces.is_empty() {
+        match f.write_vectored(pieces) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut pieces, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    out.write_all(line)
+    Ok(())
 }
 
 /// Bytes of an entry before its text: section, four key words, text length.
@@ -647,6 +661,47 @@ mod tests {
             }
         }
         assert!(most >= SPOOL_MEMORY - 4096, "{most}");
+    }
+
+    /// Runs of more entries than one vectored write takes (1,024 pieces, two an entry) are
+    /// written whole, in as many writes as it takes.
+    #[test]
+    fn long_runs_are_written_whole_across_vectored_writes() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let report = analyze_path(&root.join("fixtures/gen/mixed.pcap"), &Options::default());
+        let line: usize = report
+            .resumes
+            .iter()
+            .map(|r| {
+                let mut b = Vec::new();
+                report::write_resume(&mut b, "in", r).unwrap();
+                b.len()
+            })
+            .max()
+            .unwrap();
+        // Room for some 600 of the longest lines a run, 1,200 pieces or more.
+        let memory = 600 * line;
+        let rounds = (3 * 600usize).div_ceil(report.resumes.len()) + 1;
+        let feed = |s: &mut Spool| {
+            for round in 0..rounds {
+                let mut rs = report.resumes.clone();
+                if round % 2 == 1 {
+                    rs.reverse();
+                }
+                for r in rs {
+                    s.resume(Box::new(r));
+                }
+            }
+        };
+        let mut whole = Spool::with_memory("in", false, usize::MAX);
+        feed(&mut whole);
+        let mut runs = Spool::with_memory("in", false, memory);
+        feed(&mut runs);
+        assert!(runs.runs() >= 2, "{} runs", runs.runs());
+        assert!(runs.counts()[0] / runs.runs() > 512);
+        let (a, b) = (whole.written(), runs.written());
+        assert_eq!(a.len(), b.len());
+        assert!(a == b);
     }
 
     #[test]
