@@ -663,6 +663,22 @@ mod tests {
         assert!(most >= SPOOL_MEMORY - 4096, "{most}");
     }
 
+    /// The same resumes `rounds` times over, every other round reversed (ties keep the order
+    /// they came in), in a spool of `memory` bytes.
+    fn scrambled(resumes: &[ResumeRecord], rounds: usize, memory: usize) -> Spool {
+        let mut s = Spool::with_memory("in", false, memory);
+        for round in 0..rounds {
+            let mut rs = resumes.to_vec();
+            if round % 2 == 1 {
+                rs.reverse();
+            }
+            for r in rs {
+                s.resume(Box::new(r));
+            }
+        }
+        s
+    }
+
     /// Runs of more entries than one vectored write takes (1,024 pieces, two an entry) are
     /// written whole, in as many writes as it takes.
     #[test]
@@ -680,23 +696,9 @@ mod tests {
             .max()
             .unwrap();
         // Room for some 600 of the longest lines a run, 1,200 pieces or more.
-        let memory = 600 * line;
         let rounds = (3 * 600usize).div_ceil(report.resumes.len()) + 1;
-        let feed = |s: &mut Spool| {
-            for round in 0..rounds {
-                let mut rs = report.resumes.clone();
-                if round % 2 == 1 {
-                    rs.reverse();
-                }
-                for r in rs {
-                    s.resume(Box::new(r));
-                }
-            }
-        };
-        let mut whole = Spool::with_memory("in", false, usize::MAX);
-        feed(&mut whole);
-        let mut runs = Spool::with_memory("in", false, memory);
-        feed(&mut runs);
+        let mut whole = scrambled(&report.resumes, rounds, usize::MAX);
+        let mut runs = scrambled(&report.resumes, rounds, 600 * line);
         assert!(runs.runs() >= 2, "{} runs", runs.runs());
         assert!(runs.counts()[0] / runs.runs() > 512);
         let (a, b) = (whole.written(), runs.written());
@@ -710,23 +712,8 @@ mod tests {
         let report = analyze_path(&root.join("fixtures/gen/mixed.pcap"), &Options::default());
         // Enough rounds for more than two merges of MERGE_FAN_IN runs before the last one.
         let rounds = (2 * MERGE_FAN_IN).div_ceil(report.resumes.len()) + 1;
-        let feed = |s: &mut Spool| {
-            // The same records many times over, in a scrambled order: ties keep the order
-            // they came in.
-            for round in 0..rounds {
-                let mut rs = report.resumes.clone();
-                if round % 2 == 1 {
-                    rs.reverse();
-                }
-                for r in rs {
-                    s.resume(Box::new(r));
-                }
-            }
-        };
-        let mut whole = Spool::with_memory("in", false, usize::MAX);
-        feed(&mut whole);
-        let mut runs = Spool::with_memory("in", false, 0);
-        feed(&mut runs);
+        let mut whole = scrambled(&report.resumes, rounds, usize::MAX);
+        let mut runs = scrambled(&report.resumes, rounds, 0);
         assert!(runs.runs() > 2 * MERGE_FAN_IN, "{} runs", runs.runs());
         let (a, b) = (whole.written(), runs.written());
         assert_eq!(a.len(), b.len());
