@@ -11,7 +11,8 @@
 # one capture of WIRE_SIZE each, read with its key log (`--tls-keylog`), against tshark on the
 # same capture with the same keys; the workload
 # matrix: one capture of MIX_SIZE per traffic mix of gen-capture (`--mix`: tiny events, large
-# events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams), each
+# events, thousands of sessions, reconnect storms, keep-alive reuse, long-lived streams, a
+# loaded server's 3,000 sessions open through the whole capture), each
 # with -j1, -j2, cat and tshark in the same run; and HAR exports of large and small entries
 # (`fixtures/har/gen_big_har.py`, with python3) and of a browser's entries
 # (`fixtures/har/gen_browser_har.py`), with -j1, -j2 and cat (tshark reads no HAR).
@@ -20,7 +21,7 @@
 # measurement, default 3), SIZES (default "256MiB 1GiB 2GiB"), FORMAT (pcap or pcapng),
 # WIRES (default "plain tls1.3 tls1.2 h2c tls1.3+h2"; empty skips the section), WIRE_SIZE
 # (default the first of SIZES), MIXES (default "default tiny large sessions storm keep-alive
-# long sessions+tls1.3 large@65000"; a mix with `+WIRE` is that mix on a wire of WIRES, read
+# long loaded sessions+tls1.3 large@65000"; a mix with `+WIRE` is that mix on a wire of WIRES, read
 # with its key log; with `@N`, in packets of up to N bytes of TCP payload, as a loopback capture
 # or a host that coalesces received segments has them; empty skips the section), MIX_SIZE
 # (default the first of SIZES),
@@ -53,7 +54,7 @@ SEED=1
 WIRES=${WIRES-"plain tls1.3 tls1.2 h2c tls1.3+h2"}
 read -r FIRST_SIZE _ <<<"$SIZES"
 WIRE_SIZE=${WIRE_SIZE:-$FIRST_SIZE}
-MIXES=${MIXES-"default tiny large sessions storm keep-alive long sessions+tls1.3 large@65000"}
+MIXES=${MIXES-"default tiny large sessions storm keep-alive long loaded sessions+tls1.3 large@65000"}
 MIX_SIZE=${MIX_SIZE:-$FIRST_SIZE}
 HARS=${HARS-"1024 4 browser"}
 HAR_MIB=${HAR_MIB:-256}

@@ -5,10 +5,10 @@
 //! [--tls-suite aes128|aes256|chacha20] --keylog FILE] [--keylog FILE] [--mss N]`.
 //!
 //! What the capture holds is described in `workload.rs`; `--mix` picks the traffic mix
-//! (`default`, `tiny`, `large`, `sessions`, `storm`, `keep-alive`, `long`; see [`Mix`]). `--expect` writes the expected
-//! findings as JSON Lines (the `.expect.jsonl` format of the fixtures, derived from the
-//! scenario definition, not from any analysis); a summary goes to standard error. The same
-//! arguments always give the same bytes.
+//! (`default`, `tiny`, `large`, `sessions`, `storm`, `keep-alive`, `long`, `loaded`; see
+//! [`Mix`]). `--expect` writes the expected findings as JSON Lines (the `.expect.jsonl` format
+//! of the fixtures, derived from the scenario definition, not from any analysis); a summary
+//! goes to standard error. The same arguments always give the same bytes.
 //!
 //! The wire, the same traffic otherwise (same sessions, events and expected findings, so
 //! benchmark rows compare like with like):
@@ -56,6 +56,7 @@ enum MixArg {
     Storm,
     KeepAlive,
     Long,
+    Loaded,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -142,6 +143,7 @@ fn main() -> io::Result<()> {
             MixArg::Storm => Mix::Storm,
             MixArg::KeepAlive => Mix::KeepAlive,
             MixArg::Long => Mix::Long,
+            MixArg::Loaded => Mix::Loaded,
         },
         mss: args.mss,
         wire: Wire {

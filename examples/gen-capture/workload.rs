@@ -84,6 +84,10 @@ pub enum Mix {
     KeepAlive,
     /// A few long-lived streams of tens of thousands of events each.
     Long,
+    /// A loaded server: 3,000 sessions open through the whole capture, their progress events
+    /// written several to a segment (as a server's buffered writes put them), one or two
+    /// resumes a session. At 0.4 GB: some 470,000 packets and 4,500 resumes.
+    Loaded,
 }
 
 /// What a mix sets.
@@ -102,6 +106,11 @@ struct Shape {
     keep_alive: bool,
     /// Capture bytes one event costs, the first guess before measured batches refine it.
     event_bytes: f64,
+    /// Delivered events a server write carries (see `EventStream::per_write`).
+    per_write: usize,
+    /// Largest batch: the sessions of a batch are open at once. [`ONE_BATCH`]: the whole
+    /// capture is one batch, whose size comes near the size asked for (within a few percent).
+    batch_bytes: u64,
 }
 
 impl Mix {
@@ -114,6 +123,8 @@ impl Mix {
             storm: false,
             keep_alive: false,
             event_bytes: FIRST_GUESS_EVENT_BYTES,
+            per_write: 1,
+            batch_bytes: BATCH_BYTES,
         };
         match self {
             Mix::Default => base,
@@ -148,6 +159,14 @@ impl Mix {
                 mean_events: (4, 400_000),
                 ..base
             },
+            Mix::Loaded => Shape {
+                sessions: Some(3000),
+                resumes: (1, 2),
+                per_write: 14,
+                event_bytes: LOADED_EVENT_BYTES,
+                batch_bytes: ONE_BATCH,
+                ..base
+            },
         }
     }
 }
@@ -159,6 +178,11 @@ const BATCH_BYTES: u64 = 48 << 20;
 /// Capture bytes one event costs on average (data segment, its ACK, record headers), the
 /// first guess before measured batches refine it.
 const FIRST_GUESS_EVENT_BYTES: f64 = 460.0;
+/// No bound on a batch: one batch makes the capture.
+const ONE_BATCH: u64 = u64::MAX;
+/// The same for [`Mix::Loaded`]'s events, 14 to a write: measured, so that its one batch
+/// comes near the size asked for.
+const LOADED_EVENT_BYTES: f64 = 345.0;
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const SERVER_PORT: u16 = 8000;
 
@@ -356,6 +380,7 @@ fn session(
                 gzip: rng.percent(2),
                 close,
                 head_fate: Fate::Deliver,
+                per_write: shape.per_write,
             };
             // A few segments retransmitted or reordered, as on a busy link.
             for ev in s.events.iter_mut().skip(1) {
@@ -531,9 +556,9 @@ fn generate<W: PacketWriter, S: PacketWriter>(
     let shape = w.mix.shape();
     let mut totals = Totals::default();
     let mut event_bytes = shape.event_bytes;
-    while planned.get() < w.size {
+    while planned.get() < w.size && !(shape.batch_bytes == ONE_BATCH && totals.batches == 1) {
         let before = planned.get();
-        let budget = (w.size - before).min(BATCH_BYTES);
+        let budget = (w.size - before).min(shape.batch_bytes);
         // Small captures get fewer sessions, so their streams stay long.
         let sessions = w
             .sessions

@@ -1608,11 +1608,15 @@ pub enum StreamClose {
 pub struct EventStream {
     pub style: SseStyle,
     pub events: Vec<SseEvent>,
-    /// `Content-Encoding: gzip`, flushed after every event.
+    /// `Content-Encoding: gzip`, flushed after every write.
     pub gzip: bool,
     pub close: StreamClose,
     /// What happens to the segment(s) carrying the response head.
     pub head_fate: Fate,
+    /// Delivered events a server write carries, as a loaded server's buffered writes put
+    /// several in one chunk (and so in one segment); 0 and 1 write each alone. An event with
+    /// another fate is always written alone.
+    pub per_write: usize,
 }
 
 impl EventStream {
@@ -1627,6 +1631,7 @@ impl EventStream {
             gzip: false,
             close,
             head_fate: Fate::Deliver,
+            per_write: 1,
         }
     }
 }
@@ -2118,6 +2123,20 @@ impl SessionScript<'_> {
         });
     }
 
+    /// The server writes the text of one or more events as one chunk of an event stream,
+    /// compressed (and flushed) when the stream is.
+    fn write_events(&mut self, conn: usize, gz: &mut Option<GzipStream>, text: &[u8], fate: Fate) {
+        let body = match gz {
+            Some(g) => {
+                let mut packed = Vec::new();
+                g.piece(text, &mut packed);
+                packed
+            }
+            None => text.to_vec(),
+        };
+        self.send(conn, Side::Server, Msg::Chunk(body), fate);
+    }
+
     fn request(&self, method: &'static str, mut headers: Vec<(&'static str, String)>) -> Msg {
         headers.insert(0, ("Host", self.spec.host.clone()));
         Msg::Request {
@@ -2276,6 +2295,9 @@ impl SessionScript<'_> {
                 self.send(conn, Side::Server, head, s.head_fate);
                 let mut gz = s.gzip.then(GzipStream::new);
                 let mut text = Vec::new();
+                // Delivered events not yet written, and how many.
+                let mut pending = Vec::new();
+                let mut held = 0;
                 for ev in &s.events {
                     self.steps.push(Step::Pause(EVENT_GAP_NS));
                     text.clear();
@@ -2297,15 +2319,25 @@ impl SessionScript<'_> {
                         );
                         put_sse_event(&mut text, s.style, ev.id.as_deref(), Some(&data));
                     }
-                    let body = match &mut gz {
-                        Some(g) => {
-                            let mut packed = Vec::new();
-                            g.piece(&text, &mut packed);
-                            packed
+                    if ev.fate == Fate::Deliver && s.per_write > 1 {
+                        pending.extend_from_slice(&text);
+                        held += 1;
+                        if held == s.per_write {
+                            self.write_events(conn, &mut gz, &pending, Fate::Deliver);
+                            pending.clear();
+                            held = 0;
                         }
-                        None => text.clone(),
-                    };
-                    self.send(conn, Side::Server, Msg::Chunk(body), ev.fate);
+                        continue;
+                    }
+                    if held > 0 {
+                        self.write_events(conn, &mut gz, &pending, Fate::Deliver);
+                        pending.clear();
+                        held = 0;
+                    }
+                    self.write_events(conn, &mut gz, &text, ev.fate);
+                }
+                if held > 0 {
+                    self.write_events(conn, &mut gz, &pending, Fate::Deliver);
                 }
                 self.steps.push(Step::Pause(EVENT_GAP_NS));
                 match s.close {
@@ -3781,6 +3813,7 @@ mod tests {
                 gzip: false,
                 close,
                 head_fate: Fate::Deliver,
+                per_write: 1,
             })
         };
         let id = |s: &str| SseEvent::with_id(s);
