@@ -15,6 +15,8 @@
 //! priming event at the head of a resumed stream that repeats `Last-Event-ID` exactly: it
 //! re-states the client's position and delivers nothing, so the next id decides.
 
+mod seen;
+
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -29,6 +31,7 @@ use crate::net::decode::Endpoint;
 use crate::record::{
     Anomaly, BodyEnd, HeadText, HttpSink, Limits, Mark, RequestHead, ResponseHead, StreamEnd,
 };
+use seen::SeenIds;
 
 /// Facts (ids, distinctive events) kept from the start of each stream: a replay from zero
 /// re-sends these, and the first of a resumed stream's re-deliveries is among them.
@@ -1845,119 +1848,6 @@ struct EventData<'a> {
     mark: Mark,
     event: u64,
     event_id: Option<u64>,
-}
-
-/// The ids of a resumed stream in arrival order, appended (not looked up) as they come, so
-/// that a stream's state stays small and its writes sequential; duplicates are found once,
-/// when the stream ends.
-#[derive(Debug, Default)]
-struct SeenIds {
-    /// (hash, where, offset and length of the text in `text`), in chunks of
-    /// [`SEEN_IDS_CHUNK`]: a long stream's list grows without being copied.
-    ids: Vec<Vec<SeenId>>,
-    /// Ids remembered.
-    count: usize,
-    text: Vec<u8>,
-    /// An id so far was not an integer above the one before it. While every id rises, none
-    /// repeats an earlier one (distinct values are distinct texts), and nothing need be sorted.
-    unordered: bool,
-    /// The value of the last id remembered, while they rise.
-    last: u64,
-}
-
-/// One remembered id: its hash, where it came, the offset and length of its text.
-type SeenId = (u64, Mark, u32, u16);
-
-/// Ids per chunk of [`SeenIds`]: growing one vector a doubling at a time cost a reallocation
-/// and a copy each, for every resumed stream.
-const SEEN_IDS_CHUNK: usize = 128;
-/// Room the first chunk starts with (and bytes of text per id it starts with): most resumed
-/// streams end after a few ids, and thousands of them are open at once when sessions
-/// interleave, so a full chunk (4 KiB, and 1 KiB of text) for each was most of their memory.
-/// The first chunk grows to [`SEEN_IDS_CHUNK`] by doublings, four at most.
-const SEEN_IDS_FIRST: usize = 8;
-
-impl SeenIds {
-    fn get(&self, i: usize) -> Option<&SeenId> {
-        self.ids.get(i / SEEN_IDS_CHUNK)?.get(i % SEEN_IDS_CHUNK)
-    }
-
-    /// Remembers an id (`value`: its value when it is an integer that fits 64 bits); false
-    /// when the cap is reached.
-    fn push(&mut self, hash: u64, id: &[u8], value: Option<u64>, mark: Mark) -> bool {
-        if self.count >= MAX_SEEN_IDS {
-            return false;
-        }
-        let cut = id.get(..MAX_TEXT).unwrap_or(id);
-        let (Ok(off), Ok(len)) = (u32::try_from(self.text.len()), u16::try_from(cut.len())) else {
-            return false;
-        };
-        match value {
-            Some(v) if self.count == 0 || v > self.last => self.last = v,
-            _ => self.unordered = true,
-        }
-        let chunk = match self.ids.last_mut() {
-            Some(c) if c.len() < SEEN_IDS_CHUNK => c,
-            _ => {
-                let room = if self.ids.is_empty() {
-                    SEEN_IDS_FIRST
-                } else {
-                    SEEN_IDS_CHUNK
-                };
-                if self.text.capacity() == 0 {
-                    self.text.reserve_exact(room * 8);
-                }
-                self.ids.push(Vec::with_capacity(room));
-                let Some(c) = self.ids.last_mut() else {
-                    return false;
-                };
-                c
-            }
-        };
-        chunk.push((hash, mark, off, len));
-        self.count += 1;
-        self.text.extend_from_slice(cut);
-        true
-    }
-
-    /// Each id delivered again, with its first delivery and the repeat, in stream order.
-    fn duplicates(&self) -> Vec<DupId> {
-        if !self.unordered {
-            return Vec::new();
-        }
-        // (hash, position) pairs are distinct, so an unstable sort gives the stable order.
-        let mut order: Vec<(u64, u32)> = self
-            .ids
-            .iter()
-            .flatten()
-            .zip(0u32..)
-            .map(|(e, i)| (e.0, i))
-            .collect();
-        order.sort_unstable();
-        let mut dups = Vec::new();
-        for w in order.windows(2) {
-            let (Some(&a), Some(&b)) = (self.get(w[0].1 as usize), self.get(w[1].1 as usize))
-            else {
-                continue;
-            };
-            if a.0 == b.0 {
-                let text = self
-                    .text
-                    .get(a.2 as usize..a.2 as usize + a.3 as usize)
-                    .unwrap_or(&[]);
-                dups.push((
-                    w[1].1,
-                    DupId {
-                        text: cut_text(text),
-                        first: a.1,
-                        again: b.1,
-                    },
-                ));
-            }
-        }
-        dups.sort_by_key(|d| d.0);
-        dups.into_iter().take(MAX_DUPS).map(|d| d.1).collect()
-    }
 }
 
 /// Events of a stream read as they come; later ones wait in [`TailEvents`].
