@@ -3,11 +3,14 @@
 //! Ids are appended (not looked up) as they come, so that a stream's writes stay sequential;
 //! duplicates are found once, when the stream ends. Thousands of long resumed streams can be
 //! open at once, so each id is packed into a few bytes of one buffer:
-//! - its mark's frame and time, as differences from the id before's (zigzag varints: a
-//!   stream's events come a few frames and microseconds apart);
-//! - then either a decimal integer written without leading zeros, as its difference from the
-//!   integer before (its text is its value; a counter's next id is one byte), or the id's
-//!   bytes (at most [`MAX_TEXT`]) after their length, and the hash of the whole id when it was
+//! - a byte that gives the lengths of the two numbers after it: its mark's frame and time, as
+//!   differences from the id before's (zigzag-coded, least significant byte first, without
+//!   the high bytes that are zero: a stream's events come a few frames and microseconds
+//!   apart);
+//! - then a byte that says what the id is: a decimal integer written without leading zeros,
+//!   with the length of its difference from the integer before, which follows (its text is
+//!   its value; a counter's next id takes one byte); or the id's bytes (at most
+//!   [`MAX_TEXT`]), after their length in two bytes, and the hash of the whole id when it was
 //!   longer.
 //!
 //! Whichever way an id is packed, it unpacks to the same hash, mark and text.
@@ -35,12 +38,15 @@ pub(super) struct SeenIds {
     prev_int: u64,
 }
 
-/// Low two bits of an id's tag: an integer packed by its difference (the bit above holds it).
-const TAG_INT: u64 = 1;
-/// The id's bytes follow (their length is the tag's bits above these two).
-const TAG_TEXT: u64 = 0b00;
-/// The id's bytes follow, cut at [`MAX_TEXT`], then the whole id's hash.
-const TAG_CUT: u64 = 0b10;
+/// Room for an entry's numbers: the lengths' byte, two words, the id's byte, a word.
+const ENTRY: usize = 1 + 8 + 8 + 1 + 8;
+
+/// The id byte of an integer: this bit, and the length of its difference in the low four.
+const ID_INT: u8 = 0x80;
+/// The id byte of an id's bytes, cut at [`MAX_TEXT`]: the whole id's hash follows them.
+const ID_CUT: u8 = 0x01;
+/// The id byte of an id's bytes, whole.
+const ID_TEXT: u8 = 0x00;
 
 impl SeenIds {
     /// Remembers an id (`value`: its value when it is a decimal integer that fits 64 bits;
@@ -58,37 +64,46 @@ impl SeenIds {
             self.log.reserve_exact(FIRST_ROOM);
         }
         // Marks are two's complement differences: a capture's clock may step back.
-        put_varint(
-            &mut self.log,
-            zigzag(mark.frame.wrapping_sub(self.prev_mark.frame) as i64),
-        );
-        put_varint(
-            &mut self.log,
-            zigzag(mark.time_ns.wrapping_sub(self.prev_mark.time_ns)),
-        );
+        let frame = zigzag(mark.frame.wrapping_sub(self.prev_mark.frame) as i64);
+        let time = zigzag(mark.time_ns.wrapping_sub(self.prev_mark.time_ns));
         self.prev_mark = mark;
         let canonical = id.len() == 1 || id.first() != Some(&b'0');
-        let delta = value
-            .filter(|_| canonical)
-            .map(|v| (v, zigzag(v.wrapping_sub(self.prev_int) as i64)));
-        match delta {
-            // A difference whose top bit is set has no room for the tag: its text goes.
-            Some((v, z)) if z >> 63 == 0 => {
-                put_varint(&mut self.log, (z << 1) | TAG_INT);
+        let int = value.filter(|_| canonical);
+        let (kind, delta) = match int {
+            Some(v) => {
+                let delta = zigzag(v.wrapping_sub(self.prev_int) as i64);
                 self.prev_int = v;
+                (ID_INT | len_of(delta), delta)
             }
-            _ => {
-                let cut = id.get(..MAX_TEXT).unwrap_or(id);
-                let tag = if cut.len() < id.len() {
-                    TAG_CUT
-                } else {
-                    TAG_TEXT
-                };
-                put_varint(&mut self.log, ((cut.len() as u64) << 2) | tag);
-                self.log.extend_from_slice(cut);
-                if tag == TAG_CUT {
-                    self.log.extend_from_slice(&hash.to_le_bytes());
-                }
+            None if id.len() > MAX_TEXT => (ID_CUT, 0),
+            None => (ID_TEXT, 0),
+        };
+        // The numbers go in as whole words, each cut to its length by where the next begins;
+        // the entry is copied to the log whole, then cut to its length.
+        let mut entry = [0u8; ENTRY];
+        entry[0] = len_of(frame) | (len_of(time) << 4);
+        let mut at = 1;
+        for v in [frame, time] {
+            entry[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            at += usize::from(len_of(v));
+        }
+        entry[at] = kind;
+        at += 1;
+        if int.is_some() {
+            entry[at..at + 8].copy_from_slice(&delta.to_le_bytes());
+            at += usize::from(len_of(delta));
+        }
+        let end = self.log.len() + at;
+        self.log.extend_from_slice(&entry);
+        self.log.truncate(end);
+        if int.is_none() {
+            let cut = id.get(..MAX_TEXT).unwrap_or(id);
+            // At most MAX_TEXT bytes: two bytes hold the length.
+            self.log
+                .extend_from_slice(&(cut.len() as u16).to_le_bytes());
+            self.log.extend_from_slice(cut);
+            if kind == ID_CUT {
+                self.log.extend_from_slice(&hash.to_le_bytes());
             }
         }
         self.count += 1;
@@ -138,24 +153,35 @@ impl SeenIds {
         let mut mark = Mark::default();
         let mut int = 0u64;
         while r.at < self.log.len() {
-            let (Some(frame), Some(time), Some(tag)) = (r.varint(), r.varint(), r.varint()) else {
+            let Some(lens) = r.byte() else {
+                break;
+            };
+            let (Some(frame), Some(time), Some(kind)) =
+                (r.number(lens & 0x0f), r.number(lens >> 4), r.byte())
+            else {
                 break;
             };
             mark.frame = mark.frame.wrapping_add(unzigzag(frame) as u64);
             mark.time_ns = mark.time_ns.wrapping_add(unzigzag(time));
-            if tag & TAG_INT != 0 {
-                int = int.wrapping_add(unzigzag(tag >> 1) as u64);
+            if kind & ID_INT != 0 {
+                let Some(delta) = r.number(kind & 0x0f) else {
+                    break;
+                };
+                int = int.wrapping_add(unzigzag(delta) as u64);
                 let mut digits = [0; 20];
                 let hash = fact_hash(&[decimal(int, &mut digits)]);
                 ids.push((hash, mark, Text::Int(int)));
                 continue;
             }
-            let len = (tag >> 2) as usize;
+            let Some(len) = r.take(2).and_then(|b| <[u8; 2]>::try_from(b).ok()) else {
+                break;
+            };
+            let len = usize::from(u16::from_le_bytes(len));
             let at = r.at;
             let Some(bytes) = r.take(len) else {
                 break;
             };
-            let hash = if tag & 0b11 == TAG_CUT {
+            let hash = if kind == ID_CUT {
                 match r.take(8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
                     Some(h) => u64::from_le_bytes(h),
                     None => break,
@@ -185,17 +211,18 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = *self.log.get(self.at)?;
-            self.at += 1;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.log.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    /// A number of `len` bytes (at most 8), least significant first.
+    fn number(&mut self, len: u8) -> Option<u64> {
+        let b = self.take(usize::from(len).min(8))?;
+        let mut word = [0; 8];
+        word.get_mut(..b.len())?.copy_from_slice(b);
+        Some(u64::from_le_bytes(word))
     }
 
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
@@ -205,13 +232,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Seven bits a byte, low first; the high bit says more follow.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+/// Bytes `v` takes without its high zero bytes (none for zero).
+fn len_of(v: u64) -> u8 {
+    (64 - v.leading_zeros()).div_ceil(8) as u8
 }
 
 /// Small magnitudes of either sign to small numbers: 0, -1, 1, -2 … to 0, 1, 2, 3 ….
@@ -365,8 +388,9 @@ mod tests {
             })
             .collect();
         let (s, _) = seen(&ids);
-        // A frame one byte, a time three, the counter's step one.
-        assert!(s.log.len() <= 5 * 1000 + 16, "{} bytes", s.log.len());
+        // The lengths' byte, the frame's step one byte, the time's two, the id's byte, the
+        // counter's step one.
+        assert_eq!(s.log.len(), 6 * 1000, "{} bytes", s.log.len());
         assert!(s.duplicates().is_empty());
     }
 }
