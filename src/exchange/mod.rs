@@ -18,7 +18,7 @@
 mod seen;
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use crate::app::jsonrpc::{self, RpcFact};
 use crate::app::sse::{EventSink, SseEvent, SseParser};
@@ -155,24 +155,39 @@ pub struct ResumeRecord {
 
 /// The first `FACTS_HEAD` and the last `FACTS_TAIL` items pushed; the ones between are
 /// counted in `dropped`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct HeadTail<T> {
     head: Vec<T>,
-    tail: VecDeque<T>,
+    /// The last items, in a ring: once it is full, each item pushed takes the place of the
+    /// oldest, at `oldest`, where a queue's pop and push moved two.
+    tail: Vec<T>,
+    oldest: usize,
     pub dropped: u64,
 }
 
 impl<T> Default for HeadTail<T> {
     fn default() -> Self {
-        HeadTail {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            dropped: 0,
-        }
+        HeadTail::new()
+    }
+}
+
+impl<T: PartialEq> PartialEq for HeadTail<T> {
+    /// The same items kept, in the same order, and as many dropped.
+    fn eq(&self, other: &Self) -> bool {
+        self.dropped == other.dropped && self.iter().eq(other.iter())
     }
 }
 
 impl<T> HeadTail<T> {
+    pub const fn new() -> Self {
+        HeadTail {
+            head: Vec::new(),
+            tail: Vec::new(),
+            oldest: 0,
+            dropped: 0,
+        }
+    }
+
     pub fn push(&mut self, item: T) {
         if self.head.len() < FACTS_HEAD {
             if self.head.capacity() == 0 {
@@ -181,13 +196,18 @@ impl<T> HeadTail<T> {
             self.head.push(item);
             return;
         }
-        if self.tail.len() == FACTS_TAIL {
-            self.tail.pop_front();
-            self.dropped += 1;
-        } else if self.tail.capacity() == 0 {
-            self.tail.reserve_exact(FACTS_TAIL);
+        if self.tail.len() < FACTS_TAIL {
+            if self.tail.capacity() == 0 {
+                self.tail.reserve_exact(FACTS_TAIL);
+            }
+            self.tail.push(item);
+            return;
         }
-        self.tail.push_back(item);
+        if let Some(slot) = self.tail.get_mut(self.oldest) {
+            *slot = item;
+        }
+        self.oldest = (self.oldest + 1) % FACTS_TAIL;
+        self.dropped += 1;
     }
 
     /// Gives back the room a short stream did not use.
@@ -198,7 +218,8 @@ impl<T> HeadTail<T> {
 
     /// Kept items in the order they were pushed.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + Clone {
-        self.head.iter().chain(self.tail.iter())
+        let (newer, older) = self.tail.split_at(self.oldest.min(self.tail.len()));
+        self.head.iter().chain(older).chain(newer)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -356,16 +377,8 @@ pub static EMPTY_STREAM: StreamSummary = StreamSummary {
     first_id: None,
     last_id: None,
     max_int_id: None,
-    id_facts: HeadTail {
-        head: Vec::new(),
-        tail: VecDeque::new(),
-        dropped: 0,
-    },
-    content: HeadTail {
-        head: Vec::new(),
-        tail: VecDeque::new(),
-        dropped: 0,
-    },
+    id_facts: HeadTail::new(),
+    content: HeadTail::new(),
     progress: Vec::new(),
     list_changed: Vec::new(),
     retry: Vec::new(),
@@ -2267,6 +2280,31 @@ mod tests {
             );
         }
         assert_eq!(small.take().map(|s| s.text), Some("12".to_string()));
+    }
+
+    #[test]
+    fn head_and_tail_keep_the_first_and_last_items_in_order() {
+        for n in 0..(FACTS_HEAD + 3 * FACTS_TAIL) as u32 {
+            let mut ht = HeadTail::default();
+            for i in 0..n {
+                ht.push(i);
+            }
+            let all: Vec<u32> = (0..n).collect();
+            let head = &all[..all.len().min(FACTS_HEAD)];
+            let rest = &all[head.len()..];
+            let tail = &rest[rest.len().saturating_sub(FACTS_TAIL)..];
+            let want: Vec<u32> = head.iter().chain(tail).copied().collect();
+            assert_eq!(ht.iter().copied().collect::<Vec<_>>(), want, "{n} pushed");
+            assert_eq!(ht.iter().rev().count(), want.len());
+            assert_eq!(ht.dropped as usize, n as usize - want.len());
+            // Kept alike, equal, whatever the ring's turn.
+            let mut same = HeadTail::default();
+            for i in head.iter().chain(tail) {
+                same.push(*i);
+            }
+            same.dropped = ht.dropped;
+            assert_eq!(ht, same, "{n} pushed");
+        }
     }
 
     /// An event stream's state is boxed, one per open stream, and so is its summary, until the
