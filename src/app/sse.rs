@@ -809,17 +809,56 @@ fn split_long_line_end(bytes: &[u8]) -> Option<(&[u8], u8, &[u8])> {
 }
 
 /// Appends as much of `part` as fits under `limit`; true when some of it did not fit.
+#[inline]
 fn append_bounded(buf: &mut Vec<u8>, part: &[u8], limit: usize) -> bool {
     let room = limit.saturating_sub(buf.len());
     let (kept, cut) = part.split_at(part.len().min(room));
+    if buf.capacity() - buf.len() < kept.len() {
+        grow(buf, kept.len());
+    }
     buf.extend_from_slice(kept);
     !cut.is_empty()
+}
+
+/// Makes room for `more` bytes: a quarter more than the room held, not twice. A sink may keep
+/// the buffer (see [`EventSink::take_data`]), thousands of them at once, each as large as the
+/// largest event it carried; growth stays geometric, so an event that comes in many pieces
+/// still costs copies in proportion to its length.
+#[cold]
+#[inline(never)]
+fn grow(buf: &mut Vec<u8>, more: usize) {
+    let need = buf.len() + more;
+    let grown = need.max(buf.capacity() + buf.capacity() / 4);
+    buf.reserve_exact(grown - buf.len());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_buffer_grows_by_a_quarter_and_stops_at_its_limit() {
+        let mut buf = Vec::new();
+        let mut growths = 0;
+        for _ in 0..400 {
+            let cap = buf.capacity();
+            assert!(!append_bounded(&mut buf, &[7; 100], 1 << 20));
+            growths += usize::from(buf.capacity() != cap);
+            // Never more than a quarter above what it holds, past the first piece.
+            assert!(buf.capacity() <= (buf.len() + buf.len() / 4).max(100));
+        }
+        assert_eq!(buf.len(), 40_000);
+        // Geometric: 400 pieces took some 20 growths, not one each.
+        assert!(growths <= 25, "{growths} growths");
+        // At the limit the rest is cut, and nothing grows for it.
+        let mut small = vec![1; 10];
+        small.shrink_to_fit();
+        assert!(append_bounded(&mut small, &[2; 5], 12));
+        assert_eq!(small, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2]);
+        assert!(append_bounded(&mut small, &[3], 12));
+        assert_eq!(small.len(), 12);
+    }
 
     type OwnedEvent = OwnedSseEvent;
 
