@@ -168,8 +168,8 @@ impl SeenIds {
                     break;
                 };
                 int = int.wrapping_add(unzigzag(delta) as u64);
-                let mut digits = [0; 20];
-                let hash = fact_hash(&[decimal(int, &mut digits)]);
+                // Unpacked only when ids came out of order: rare enough for a string.
+                let hash = fact_hash(&[int.to_string().as_bytes()]);
                 ids.push((hash, mark, Text::Int(int)));
                 continue;
             }
@@ -244,19 +244,6 @@ fn zigzag(v: i64) -> u64 {
 
 fn unzigzag(z: u64) -> i64 {
     ((z >> 1) as i64) ^ -((z & 1) as i64)
-}
-
-/// The decimal digits of `v`, written at the end of `buf`.
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 #[cfg(test)]
