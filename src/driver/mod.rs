@@ -2218,6 +2218,16 @@ fn with_views_for_html(opts: &Options) -> std::borrow::Cow<'_, Options> {
 }
 
 /// The HTML page of `--html`, begun with the inputs' names, when one is asked for.
+/// The spool of one input's report: it collects the account for a person when one is
+/// written, and makes no JSON lines when that account is the whole report.
+fn spool_for(input: &str, opts: &Options) -> Spool {
+    let mut spool = Spool::new(input, opts.human != HumanReport::Off);
+    if opts.human == HumanReport::Instead && opts.html.is_none() {
+        spool.account_only();
+    }
+    spool
+}
+
 fn html_page(opts: &Options, names: &[String]) -> std::io::Result<Option<HtmlReport>> {
     opts.html
         .as_ref()
@@ -2234,7 +2244,6 @@ pub fn reduce_run<W: Write, E: Write>(
     out: &mut W,
     err: &mut E,
 ) -> std::io::Result<RunOutcome> {
-    let human = opts.human != HumanReport::Off;
     let sessions_to_json = opts.forensic.views;
     let opts = &*with_views_for_html(opts);
     let mut set = FactsSet::default();
@@ -2259,7 +2268,7 @@ pub fn reduce_run<W: Write, E: Write>(
     let html = html_page(opts, &names)?;
     let mut reports = Vec::with_capacity(set.inputs.len());
     for mut inp in std::mem::take(&mut set.inputs) {
-        let mut spool = Spool::new(&inp.input, human);
+        let mut spool = spool_for(&inp.input, opts);
         spool.files = inp
             .files
             .take()
@@ -2326,7 +2335,6 @@ pub fn run<W: Write, E: Write>(
     out: &mut W,
     err: &mut E,
 ) -> std::io::Result<RunOutcome> {
-    let human = opts.human != HumanReport::Off;
     let sessions_to_json = opts.forensic.views;
     let opts = &*with_views_for_html(opts);
     let (plan_messages, inputs) = plan_inputs(inputs, opts);
@@ -2335,7 +2343,7 @@ pub fn run<W: Write, E: Write>(
     // The map step and the reduce step of each input, in one process: the session events go
     // straight from the one to the other.
     let one = |(input, warnings): &(Input, Vec<(bool, String)>), o: &Options| {
-        let mut spool = Spool::new(&input.name(), human);
+        let mut spool = spool_for(&input.name(), opts);
         let (input, files) = ready(input, o);
         spool.files = files;
         // With more than one thread for this input, its report's lines are made on a thread
@@ -2429,7 +2437,7 @@ fn write_report<W: Write, E: Write>(
         None => json,
     };
     for (r, spool) in &mut reports {
-        if let Some(e) = &spool.spill_error {
+        if let Some(e) = spool.spill_error() {
             r.messages.push((false, format!("{}: {e}", r.input)));
         }
         for (is_error, text) in &r.messages {

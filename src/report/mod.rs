@@ -953,7 +953,7 @@ fn severity_tag(s: Severity) -> &'static str {
     }
 }
 
-fn write_finding_text<W: Write + ?Sized>(
+pub(crate) fn write_finding_text<W: Write + ?Sized>(
     out: &mut W,
     indent: &str,
     f: &Finding,
@@ -977,7 +977,7 @@ fn write_finding_text<W: Write + ?Sized>(
 }
 
 /// A resume or finding deserves a person's attention.
-fn notable_resume(r: &ResumeRecord) -> bool {
+pub(crate) fn notable_resume(r: &ResumeRecord) -> bool {
     r.decision.verdict != Verdict::Correct
         || r.forensic
             .findings
@@ -985,23 +985,81 @@ fn notable_resume(r: &ResumeRecord) -> bool {
             .any(|f| f.severity != Severity::Info)
 }
 
-/// What the account for a person needs of one input: the resumes and findings it tells of,
-/// and how many resumes each session had. Only what deserves attention is kept whole.
-#[derive(Debug, Default)]
+/// What the account for a person needs of one input, as its records come: the text of each
+/// resume and finding it tells of, written at once and sorted through runs on disk like the
+/// report's lines, and how many resumes each session had. No record is kept whole, so its
+/// memory does not grow with the number of resumes.
+#[derive(Debug)]
 pub struct HumanNotes {
-    resumes: Vec<ResumeRecord>,
-    loose: Vec<Finding>,
+    /// Each told resume's text (section [`TOLD_RESUME`], in report order), then each finding
+    /// tied to no resume (section [`TOLD_FINDING`], in report order), behind its session id
+    /// ([`put_session`]).
+    told: spool::Runs,
     /// Per session (by name hash; `None`: no session id): resumes, and whether any is told of.
     sessions: HashMap<Option<u64>, (u64, bool)>,
 }
+
+const TOLD_RESUME: u8 = 0;
+const TOLD_FINDING: u8 = 1;
 
 fn session_key(sid: Option<&str>) -> Option<u64> {
     sid.map(|s| crate::exchange::fact_hash(&[s.as_bytes()]))
 }
 
+/// Writes a session id (or none) ahead of the text that follows it in a line of the runs:
+/// its length (`u32::MAX` for none), then its bytes.
+fn put_session(buf: &mut Vec<u8>, sid: Option<&str>) {
+    let len = sid.map_or(u32::MAX, |s| u32::try_from(s.len()).unwrap_or(u32::MAX - 1));
+    buf.extend_from_slice(&len.to_le_bytes());
+    if let Some(s) = sid {
+        buf.extend_from_slice(s.as_bytes().get(..(len as usize)).unwrap_or_default());
+    }
+}
+
+/// A line of the runs: its session id and its text ([`put_session`]).
+fn take_session(line: &[u8]) -> (Option<&str>, &[u8]) {
+    let Some((len, rest)) = line.split_first_chunk::<4>() else {
+        return (None, line);
+    };
+    match u32::from_le_bytes(*len) {
+        u32::MAX => (None, rest),
+        n => {
+            let (sid, text) = rest.split_at(rest.len().min(n as usize));
+            (Some(std::str::from_utf8(sid).unwrap_or_default()), text)
+        }
+    }
+}
+
 impl HumanNotes {
-    pub fn resume(&mut self, r: Box<ResumeRecord>) {
-        let notable = notable_resume(&r);
+    /// No records yet; the texts sort through runs of `memory` bytes.
+    pub fn new(memory: usize) -> Self {
+        HumanNotes {
+            told: spool::Runs::new(memory, false),
+            sessions: HashMap::new(),
+        }
+    }
+
+    /// The first error of the temporary file, if any (texts are then kept in memory).
+    pub fn spill_error(&self) -> Option<&str> {
+        self.told.spill_error()
+    }
+
+    /// Runs of texts written to the temporary file so far (for tests).
+    #[cfg(test)]
+    pub(crate) fn told_runs(&self) -> usize {
+        self.told.runs()
+    }
+
+    /// Bytes allocated for texts in memory (for tests).
+    #[cfg(test)]
+    pub(crate) fn told_held(&self) -> usize {
+        self.told.held()
+    }
+
+    /// Counts a resume for its session and, when it deserves attention, writes its text;
+    /// `order` is its place in the report ([`spool`]'s key of resumes).
+    pub fn resume(&mut self, r: &ResumeRecord, order: [u64; 4]) {
+        let notable = notable_resume(r);
         let e = self
             .sessions
             .entry(session_key(r.session_id.as_deref()))
@@ -1009,16 +1067,27 @@ impl HumanNotes {
         e.0 += 1;
         e.1 |= notable;
         if notable {
-            self.resumes.push(*r);
+            let buf = self.told.bytes();
+            let from = buf.len();
+            put_session(buf, r.session_id.as_deref());
+            // Writing to memory cannot fail.
+            let _ = write_resume_text(buf, r);
+            self.told.push(from, TOLD_RESUME, order, None);
         }
     }
 
-    pub fn finding(&mut self, f: Finding) {
+    /// Writes the text of a finding tied to no resume; `words` and `text` are its place in
+    /// the report ([`spool`]'s key of findings).
+    pub fn finding(&mut self, f: &Finding, words: [u64; 4], text: Option<&str>) {
         self.sessions
             .entry(session_key(f.session_id.as_deref()))
             .or_default()
             .1 = true;
-        self.loose.push(f);
+        let buf = self.told.bytes();
+        let from = buf.len();
+        put_session(buf, f.session_id.as_deref());
+        let _ = write_finding_text(buf, "  ", f);
+        self.told.push(from, TOLD_FINDING, words, text);
     }
 }
 
@@ -1035,140 +1104,137 @@ fn verdict_style(v: Verdict) -> anstyle::Style {
     anstyle::Style::new().fg_color(Some(colour.into())).bold()
 }
 
+/// A resume's text in the account for a person: its verdict and request, the ids, the
+/// reason, the proof and the frames to open in Wireshark.
+pub(crate) fn write_resume_text<W: Write + ?Sized>(
+    out: &mut W,
+    r: &ResumeRecord,
+) -> std::io::Result<()> {
+    let place = if r.connection.har_entry.is_some() {
+        format!("HAR entry {}", r.request.frame)
+    } else {
+        format!(
+            "{}{}",
+            files::frame_text(r.request.frame),
+            r.connection
+                .tcp_stream
+                .map(|s| format!(", tcp.stream {s}"))
+                .unwrap_or_default()
+        )
+    };
+    let style = verdict_style(r.decision.verdict);
+    writeln!(
+        out,
+        "  {style}[{}]{style:#} {} {} at {} ({place})",
+        r.decision.verdict.as_str(),
+        r.method,
+        r.target,
+        rfc3339_micros(r.request.time_ns)
+    )?;
+    writeln!(
+        out,
+        "    Last-Event-ID {:?}, first id {}: {}",
+        r.last_event_id,
+        r.first_event_id
+            .as_deref()
+            .map_or("none".to_string(), |f| format!("{f:?}")),
+        r.decision.reason
+    )?;
+    if let Some(lost) = &r.decision.lost {
+        let count = lost
+            .count
+            .map_or("more than 2^64".to_string(), |c| c.to_string());
+        writeln!(
+            out,
+            "    ids lost: {} to {} ({count} event(s) the client never got)",
+            lost.from, lost.to
+        )?;
+    }
+    if let Some(hop) = r.forensic.hop {
+        match &r.forensic.relays {
+            Some(c) => writeln!(
+                out,
+                "    hop {hop}: a proxy's copy of the request at {}",
+                files::frame_text(c.mark.frame)
+            )?,
+            None => writeln!(out, "    hop {hop}: the copy nearest the client")?,
+        }
+    }
+    if let Some(shape) = &r.forensic.id_shape {
+        writeln!(out, "    ids compared by their counter, shape {shape}")?;
+    }
+    if let Some(e) = &r.forensic.evidence {
+        writeln!(out, "    proof: {}", files::detail_text(&e.detail))?;
+    }
+    if let Some(c) = &r.forensic.cursor
+        && matches!(c.status, CursorStatus::Stale | CursorStatus::Ahead)
+    {
+        writeln!(out, "    client cursor: {}", files::detail_text(&c.detail))?;
+    }
+    for f in &r.forensic.findings {
+        if f.kind != FindingKind::CursorStale && f.kind != FindingKind::CursorAhead {
+            write_finding_text(out, "    ", f)?;
+        }
+    }
+    let filter = match r.connection.tcp_stream {
+        Some(_) if files::in_set(r.request.frame) => {
+            set_display_filter(&r.connection, r.request, r.last_proof).map(|f| {
+                format!(
+                    "{f} (in {})",
+                    files::locate(r.request.frame).0.unwrap_or_default()
+                )
+            })
+        }
+        Some(s) => Some(display_filter(s, r.request, r.last_proof)),
+        None => None,
+    };
+    if let Some(f) = filter {
+        writeln!(out, "    open in Wireshark: {f}")?;
+    }
+    Ok(())
+}
+
 /// Writes, for a person, what went wrong in one input: per session, each resume that is not
 /// `correct` or has findings, with the reason, the proof and the frames to open in Wireshark;
 /// then findings tied to no resume. Sessions where all is well are only counted; an input not
 /// `read_in_full` says so, since its account covers only what was read.
+///
+/// Sessions come in the order of their first resume told of, then of their first finding for
+/// those with findings only. The texts are put in that order by a second sort through runs
+/// on disk, keyed by each session's rank: memory holds one rank per session told of.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
     notes: &mut HumanNotes,
     read_in_full: bool,
 ) -> std::io::Result<()> {
-    type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
-    notes.resumes.sort_by_key(crate::audit::resume_order);
-    crate::audit::sort_findings(&mut notes.loose);
-    let mut groups: BTreeMap<Option<&str>, Group<'_>> = BTreeMap::new();
-    for r in &notes.resumes {
-        groups.entry(r.session_id.as_deref()).or_default().0.push(r);
-    }
-    for f in &notes.loose {
-        groups.entry(f.session_id.as_deref()).or_default().1.push(f);
-    }
     writeln!(out, "== {input} ==")?;
     let quiet = notes.sessions.values().filter(|(_, told)| !told).count();
-    // Sessions in time order: by their first resume, then those with findings only.
-    let mut order: Vec<Option<&str>> = Vec::with_capacity(groups.len());
-    let mut seen = std::collections::HashSet::new();
-    for sid in notes
-        .resumes
-        .iter()
-        .map(|r| r.session_id.as_deref())
-        .chain(notes.loose.iter().map(|f| f.session_id.as_deref()))
-    {
-        if seen.insert(sid) {
-            order.push(sid);
-        }
-    }
-    for sid in &order {
-        let Some((rs, fs)) = groups.get(sid) else {
-            continue;
-        };
-        let total = notes
-            .sessions
-            .get(&session_key(*sid))
-            .map_or(rs.len() as u64, |e| e.0);
-        match sid {
-            Some(sid) => writeln!(out, "session {sid}: {total} resume(s)")?,
-            None => writeln!(out, "no session id: {total} resume(s)")?,
-        }
-        for r in rs.iter().filter(|r| notable_resume(r)) {
-            let place = if r.connection.har_entry.is_some() {
-                format!("HAR entry {}", r.request.frame)
-            } else {
-                format!(
-                    "{}{}",
-                    files::frame_text(r.request.frame),
-                    r.connection
-                        .tcp_stream
-                        .map(|s| format!(", tcp.stream {s}"))
-                        .unwrap_or_default()
-                )
-            };
-            let style = verdict_style(r.decision.verdict);
-            writeln!(
-                out,
-                "  {style}[{}]{style:#} {} {} at {} ({place})",
-                r.decision.verdict.as_str(),
-                r.method,
-                r.target,
-                rfc3339_micros(r.request.time_ns)
-            )?;
-            writeln!(
-                out,
-                "    Last-Event-ID {:?}, first id {}: {}",
-                r.last_event_id,
-                r.first_event_id
-                    .as_deref()
-                    .map_or("none".to_string(), |f| format!("{f:?}")),
-                r.decision.reason
-            )?;
-            if let Some(lost) = &r.decision.lost {
-                let count = lost
-                    .count
-                    .map_or("more than 2^64".to_string(), |c| c.to_string());
-                writeln!(
-                    out,
-                    "    ids lost: {} to {} ({count} event(s) the client never got)",
-                    lost.from, lost.to
-                )?;
-            }
-            if let Some(hop) = r.forensic.hop {
-                match &r.forensic.relays {
-                    Some(c) => writeln!(
-                        out,
-                        "    hop {hop}: a proxy's copy of the request at {}",
-                        files::frame_text(c.mark.frame)
-                    )?,
-                    None => writeln!(out, "    hop {hop}: the copy nearest the client")?,
-                }
-            }
-            if let Some(shape) = &r.forensic.id_shape {
-                writeln!(out, "    ids compared by their counter, shape {shape}")?;
-            }
-            if let Some(e) = &r.forensic.evidence {
-                writeln!(out, "    proof: {}", files::detail_text(&e.detail))?;
-            }
-            if let Some(c) = &r.forensic.cursor
-                && matches!(c.status, CursorStatus::Stale | CursorStatus::Ahead)
-            {
-                writeln!(out, "    client cursor: {}", files::detail_text(&c.detail))?;
-            }
-            for f in &r.forensic.findings {
-                if f.kind != FindingKind::CursorStale && f.kind != FindingKind::CursorAhead {
-                    write_finding_text(out, "    ", f)?;
-                }
-            }
-            let filter = match r.connection.tcp_stream {
-                Some(_) if files::in_set(r.request.frame) => {
-                    set_display_filter(&r.connection, r.request, r.last_proof).map(|f| {
-                        format!(
-                            "{f} (in {})",
-                            files::locate(r.request.frame).0.unwrap_or_default()
-                        )
-                    })
-                }
-                Some(s) => Some(display_filter(s, r.request, r.last_proof)),
-                None => None,
-            };
-            if let Some(f) = filter {
-                writeln!(out, "    open in Wireshark: {f}")?;
+    let mut ranks: HashMap<Option<u64>, u64> = HashMap::new();
+    let mut grouped = spool::Runs::new(notes.told.memory(), false);
+    notes.told.for_each(|_, line| {
+        let (sid, _) = take_session(line);
+        let next = ranks.len() as u64;
+        let rank = *ranks.entry(session_key(sid)).or_insert(next);
+        let buf = grouped.bytes();
+        let from = buf.len();
+        buf.extend_from_slice(line);
+        grouped.push(from, 0, [rank, 0, 0, 0], None);
+        Ok(())
+    })?;
+    let mut current = None;
+    grouped.for_each(|key, line| {
+        let (sid, text) = take_session(line);
+        if current != Some(key.words[0]) {
+            current = Some(key.words[0]);
+            let total = notes.sessions.get(&session_key(sid)).map_or(0, |e| e.0);
+            match sid {
+                Some(sid) => writeln!(out, "session {sid}: {total} resume(s)")?,
+                None => writeln!(out, "no session id: {total} resume(s)")?,
             }
         }
-        for f in fs {
-            write_finding_text(out, "  ", f)?;
-        }
-    }
+        out.write_all(text)
+    })?;
     if quiet > 0 {
         writeln!(
             out,

@@ -42,13 +42,13 @@ const MERGE_READ_AHEAD: usize = 4 << 20;
 const RUN_READ_AHEAD: usize = MERGE_READ_AHEAD / MERGE_FAN_IN;
 const RUN_READ_AHEAD_MAX: usize = 256 << 10;
 
-/// Where a line sorts: its section (resumes, findings, views), then the section's order, then
-/// the order lines came in.
+/// Where a line sorts: its section (in the report: resumes, findings, views), then the
+/// section's order (its words, then its text), then the order lines came in.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-struct SortKey {
-    section: u8,
-    words: [u64; 4],
-    text: Option<Box<str>>,
+pub(crate) struct SortKey {
+    pub(crate) section: u8,
+    pub(crate) words: [u64; 4],
+    pub(crate) text: Option<Box<str>>,
     seq: u64,
 }
 
@@ -67,12 +67,14 @@ struct Run {
     to: u64,
 }
 
-/// The lines of one input, their counters and (on request) the notes for a person.
-pub struct Spool {
-    input: String,
-    /// `input` as a JSON string.
-    input_json: Vec<u8>,
+/// Lines sorted through runs on disk: gathered in memory up to a bound, each full run sorted
+/// and written to an unnamed temporary file, the runs merged when every line is in.
+#[derive(Debug)]
+pub(crate) struct Runs {
     memory: usize,
+    /// Whether a run's whole room is taken at its first line (the report's lines, which fill
+    /// runs), or grown as lines come (the plain-text account's, often a few).
+    room_at_first_line: bool,
     buf: Vec<u8>,
     slots: Vec<Slot>,
     file: Option<File>,
@@ -82,6 +84,18 @@ pub struct Spool {
     /// The fixed parts of the entries of the run being written to the file.
     heads: Vec<u8>,
     seq: u64,
+    /// The first error of the temporary file, if any; lines are then kept in memory.
+    spill_error: Option<String>,
+}
+
+/// The lines of one input, their counters and (on request) the notes for a person.
+pub struct Spool {
+    input: String,
+    /// `input` as a JSON string.
+    input_json: Vec<u8>,
+    lines: Runs,
+    /// Whether the JSON lines are made: not when only the account for a person is written.
+    keep_lines: bool,
     counts: [usize; 3],
     /// Verdicts and findings counted as they come.
     pub summary: Summary,
@@ -89,8 +103,6 @@ pub struct Spool {
     pub findings: bool,
     /// What the plain-text account needs, when one is written.
     pub human: Option<HumanNotes>,
-    /// The first error of the temporary file, if any; lines are then kept in memory.
-    pub spill_error: Option<String>,
     /// The files of a capture set, in reading order, which its records cite by name.
     pub files: Option<std::sync::Arc<dyn report::files::FrameNames>>,
 }
@@ -99,20 +111,13 @@ const RESUMES: u8 = 0;
 const FINDINGS: u8 = 1;
 const VIEWS: u8 = 2;
 
-impl Spool {
-    /// An empty spool for `input`, collecting for the plain-text account when `human`.
-    pub fn new(input: &str, human: bool) -> Self {
-        Spool::with_memory(input, human, SPOOL_MEMORY)
-    }
-
-    /// A spool that moves its lines to a file past `memory` bytes.
-    pub fn with_memory(input: &str, human: bool, memory: usize) -> Self {
-        let mut input_json = Vec::with_capacity(input.len() + 2);
-        crate::report::json::str(&mut input_json, input);
-        Spool {
-            input: input.to_string(),
-            input_json,
+impl Runs {
+    /// No lines yet; runs of `memory` bytes, their room taken at their first line when
+    /// `room_at_first_line`.
+    pub(crate) fn new(memory: usize, room_at_first_line: bool) -> Self {
+        Runs {
             memory,
+            room_at_first_line,
             buf: Vec::new(),
             slots: Vec::new(),
             file: None,
@@ -120,38 +125,45 @@ impl Spool {
             runs: Vec::new(),
             heads: Vec::new(),
             seq: 0,
-            counts: [0; 3],
-            summary: Summary::new(),
-            findings: false,
-            human: human.then(HumanNotes::default),
             spill_error: None,
-            files: None,
         }
     }
 
-    /// Records taken: resumes, findings tied to no resume, session views.
-    pub fn counts(&self) -> [usize; 3] {
-        self.counts
-    }
-
     /// Runs written to the temporary file so far.
-    pub fn runs(&self) -> usize {
+    pub(crate) fn runs(&self) -> usize {
         self.runs.len()
     }
 
-    /// The run's bytes, with room for a whole run from its first line on: grown by doubling,
+    /// Bytes allocated for lines in memory (for tests).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Bytes of lines a run gathers before it is written to the file.
+    pub(crate) fn memory(&self) -> usize {
+        self.memory
+    }
+
+    /// The first error of the temporary file, if any (lines are then kept in memory).
+    pub(crate) fn spill_error(&self) -> Option<&str> {
+        self.spill_error.as_deref()
+    }
+
+    /// The run's bytes, where the next line is written before [`Runs::push`] takes it. With
+    /// `room_at_first_line`, room for a whole run from its first line on: grown by doubling,
     /// they passed [`SPOOL_MEMORY`] with twice that allocated, copying what they held.
-    fn run_bytes(&mut self) -> &mut Vec<u8> {
-        if self.buf.capacity() == 0 && self.memory <= SPOOL_MEMORY {
+    pub(crate) fn bytes(&mut self) -> &mut Vec<u8> {
+        if self.room_at_first_line && self.buf.capacity() == 0 && self.memory <= SPOOL_MEMORY {
             self.buf.reserve_exact(self.memory + RUN_SLACK);
         }
         &mut self.buf
     }
 
-    /// Takes the line written to the run's bytes since `from`.
-    fn push(&mut self, from: usize, section: u8, words: [u64; 4], text: Option<&str>) {
+    /// Takes the line written to the run's bytes since `from`, to sort by `section`, `words`,
+    /// `text`, then the order lines came in.
+    pub(crate) fn push(&mut self, from: usize, section: u8, words: [u64; 4], text: Option<&str>) {
         self.seq += 1;
-        self.counts[usize::from(section)] += 1;
         let key = SortKey {
             section,
             words,
@@ -232,12 +244,15 @@ impl Spool {
         }
     }
 
-    /// Writes every line in report order.
-    pub fn write_to<W: Write + ?Sized>(&mut self, out: &mut W) -> std::io::Result<()> {
+    /// Hands every line to `visit` with its key, in order.
+    pub(crate) fn for_each<F>(&mut self, mut visit: F) -> std::io::Result<()>
+    where
+        F: FnMut(&SortKey, &[u8]) -> std::io::Result<()>,
+    {
         if self.runs.is_empty() {
             self.sort_slots();
             for slot in &self.slots {
-                out.write_all(self.buf.get(slot.from..slot.to).unwrap_or(&[]))?;
+                visit(&slot.key, self.buf.get(slot.from..slot.to).unwrap_or(&[]))?;
             }
             return Ok(());
         }
@@ -259,7 +274,7 @@ impl Spool {
                 at: from,
                 buf: Vec::with_capacity(RUN_READ_AHEAD),
             };
-            merge_runs(f, &group, &mut tail, true)?;
+            merge_runs(f, &group, |k, line| write_entry(&mut tail, k, line))?;
             tail.flush()?;
             self.file_len = tail.at;
             self.runs.push(Run {
@@ -267,7 +282,76 @@ impl Spool {
                 to: self.file_len,
             });
         }
-        merge_runs(f, &self.runs, out, false)
+        merge_runs(f, &self.runs, visit)
+    }
+
+    /// Puts the lines in memory in order; they often come in it already.
+    fn sort_slots(&mut self) {
+        if !self.slots.is_sorted_by(|a, b| a.key <= b.key) {
+            self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        }
+    }
+}
+
+impl Spool {
+    /// An empty spool for `input`, collecting for the plain-text account when `human`.
+    pub fn new(input: &str, human: bool) -> Self {
+        Spool::with_memory(input, human, SPOOL_MEMORY)
+    }
+
+    /// A spool that moves its lines to a file past `memory` bytes (and the plain-text
+    /// account's, each of its sorts).
+    pub fn with_memory(input: &str, human: bool, memory: usize) -> Self {
+        let mut input_json = Vec::with_capacity(input.len() + 2);
+        crate::report::json::str(&mut input_json, input);
+        Spool {
+            input: input.to_string(),
+            input_json,
+            lines: Runs::new(memory, true),
+            keep_lines: true,
+            counts: [0; 3],
+            summary: Summary::new(),
+            findings: false,
+            human: human.then(|| HumanNotes::new(memory)),
+            files: None,
+        }
+    }
+
+    /// Makes no JSON lines, only the counters and the account for a person (which must be
+    /// asked for): the report is that account alone.
+    pub fn account_only(&mut self) {
+        self.keep_lines = false;
+    }
+
+    /// Records taken: resumes, findings tied to no resume, session views.
+    pub fn counts(&self) -> [usize; 3] {
+        self.counts
+    }
+
+    /// Runs written to the temporary file so far.
+    pub fn runs(&self) -> usize {
+        self.lines.runs()
+    }
+
+    /// The first error of a temporary file, if any; what it would have held is kept in
+    /// memory.
+    pub fn spill_error(&self) -> Option<&str> {
+        self.lines
+            .spill_error()
+            .or_else(|| self.human.as_ref().and_then(HumanNotes::spill_error))
+    }
+
+    /// Counts a record and takes its line, written to the run's bytes since `from`.
+    fn push(&mut self, from: usize, section: u8, words: [u64; 4], text: Option<&str>) {
+        self.counts[usize::from(section)] += 1;
+        if self.keep_lines {
+            self.lines.push(from, section, words, text);
+        }
+    }
+
+    /// Writes every line in report order.
+    pub fn write_to<W: Write + ?Sized>(&mut self, out: &mut W) -> std::io::Result<()> {
+        self.lines.for_each(|_, line| out.write_all(line))
     }
 
     /// Every line in report order, in memory (for tests).
@@ -276,13 +360,6 @@ impl Spool {
         let mut out = Vec::new();
         self.write_to(&mut out).unwrap();
         out
-    }
-
-    /// Puts the lines in memory in report order; they often come in it already.
-    fn sort_slots(&mut self) {
-        if !self.slots.is_sorted_by(|a, b| a.key <= b.key) {
-            self.slots.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        }
     }
 
     fn count_finding(&mut self, f: &Finding) {
@@ -490,14 +567,11 @@ fn damaged() -> std::io::Error {
     std::io::Error::other("the report's temporary file was cut short")
 }
 
-/// Merges sorted runs into `out`: the lines alone, or whole entries (`entries`) for a longer
-/// run.
-fn merge_runs<W: Write + ?Sized>(
-    f: &File,
-    runs: &[Run],
-    out: &mut W,
-    entries: bool,
-) -> std::io::Result<()> {
+/// Merges sorted runs, handing each line to `visit` with its key, in order.
+fn merge_runs<F>(f: &File, runs: &[Run], mut visit: F) -> std::io::Result<()>
+where
+    F: FnMut(&SortKey, &[u8]) -> std::io::Result<()>,
+{
     let mut readers: Vec<RunReader> = runs
         .iter()
         .map(|r| RunReader::new(*r, runs.len()))
@@ -509,16 +583,12 @@ fn merge_runs<W: Write + ?Sized>(
         }
     }
     // A reader's line stays in its buffer until that reader is read again, after the line
-    // is written. The least entry is replaced in place by its run's next one.
+    // is handed on. The least entry is replaced in place by its run's next one.
     while let Some(mut least) = heap.peek_mut() {
         let Reverse((k, i)) = &*least;
         let i = *i;
         let r = &mut readers[i];
-        if entries {
-            write_entry(out, k, r.line())?;
-        } else {
-            out.write_all(r.line())?;
-        }
+        visit(k, r.line())?;
         match r.next(f)? {
             Some(next) => *least = Reverse((next, i)),
             None => {
@@ -536,33 +606,52 @@ impl audit::Sink for Spool {
         for f in &r.forensic.findings {
             self.count_finding(f);
         }
-        let from = self.run_bytes().len();
-        let (input, buf) = (&self.input_json, &mut self.buf);
-        report::files::with_files(self.files.as_ref(), || {
-            report::resume_line_quoted(buf, input, &r)
+        let (input, lines, human) = (&self.input_json, &mut self.lines, &mut self.human);
+        let key = resume_key(&r);
+        let keep = self.keep_lines;
+        let from = report::files::with_files(self.files.as_ref(), || {
+            let mut from = 0;
+            if keep {
+                let buf = lines.bytes();
+                from = buf.len();
+                report::resume_line_quoted(buf, input, &r);
+            }
+            if let Some(h) = human.as_mut() {
+                h.resume(&r, key);
+            }
+            from
         });
-        self.push(from, RESUMES, resume_key(&r), None);
-        if let Some(h) = self.human.as_mut() {
-            h.resume(r);
-        }
+        self.push(from, RESUMES, key, None);
     }
 
     fn finding(&mut self, f: Finding) {
         self.count_finding(&f);
-        let from = self.run_bytes().len();
-        let (input, buf) = (&self.input, &mut self.buf);
-        report::files::with_files(self.files.as_ref(), || report::finding_line(buf, input, &f));
+        let (input, lines, human) = (&self.input, &mut self.lines, &mut self.human);
         let (frame, kind, sid) = audit::finding_order(&f);
         let words = [frame.map_or(0, |f| f.saturating_add(1)), kind as u64, 0, 0];
+        let keep = self.keep_lines;
+        let from = report::files::with_files(self.files.as_ref(), || {
+            let mut from = 0;
+            if keep {
+                let buf = lines.bytes();
+                from = buf.len();
+                report::finding_line(buf, input, &f);
+            }
+            if let Some(h) = human.as_mut() {
+                h.finding(&f, words, sid);
+            }
+            from
+        });
         self.push(from, FINDINGS, words, sid);
-        if let Some(h) = self.human.as_mut() {
-            h.finding(f);
-        }
     }
 
     fn view(&mut self, v: SessionView) {
-        let from = self.run_bytes().len();
-        let (input, buf) = (&self.input, &mut self.buf);
+        if !self.keep_lines {
+            self.counts[usize::from(VIEWS)] += 1;
+            return;
+        }
+        let (input, buf) = (&self.input, self.lines.bytes());
+        let from = buf.len();
         // Writing to memory cannot fail.
         let _ = report::files::with_files(self.files.as_ref(), || {
             report::write_session(buf, input, &v)
@@ -656,8 +745,8 @@ mod tests {
         while s.runs() < 3 {
             for r in &report.resumes {
                 s.resume(Box::new(r.clone()));
-                most = most.max(s.buf.len());
-                assert_eq!(s.buf.capacity(), SPOOL_MEMORY + RUN_SLACK);
+                most = most.max(s.lines.buf.len());
+                assert_eq!(s.lines.buf.capacity(), SPOOL_MEMORY + RUN_SLACK);
             }
         }
         assert!(most >= SPOOL_MEMORY - 4096, "{most}");
@@ -738,6 +827,16 @@ mod tests {
         }
     }
 
+    /// Merges runs into their lines alone.
+    fn merge_lines(f: &File, runs: &[Run], out: &mut Vec<u8>) -> std::io::Result<()> {
+        merge_runs(f, runs, |_, line| out.write_all(line))
+    }
+
+    /// Merges runs into whole entries, as for a longer run.
+    fn merge_entries(f: &File, runs: &[Run], out: &mut Vec<u8>) -> std::io::Result<()> {
+        merge_runs(f, runs, |k, line| write_entry(out, k, line))
+    }
+
     /// An entry of a run: its key and its line.
     type Entry = (SortKey, Vec<u8>);
 
@@ -795,11 +894,11 @@ mod tests {
             let (f, spans, all) = synthetic_runs(runs, entries);
             let want: Vec<u8> = all.iter().flat_map(|(_, l)| l.iter().copied()).collect();
             let mut lines = Vec::new();
-            merge_runs(&f, &spans, &mut lines, false).unwrap();
+            merge_lines(&f, &spans, &mut lines).unwrap();
             assert!(lines == want, "{runs} runs");
             // As whole entries, for a longer run: the same entries, read back as one run.
             let mut whole = Vec::new();
-            merge_runs(&f, &spans, &mut whole, true).unwrap();
+            merge_entries(&f, &spans, &mut whole).unwrap();
             let end = f.metadata().unwrap().len();
             f.write_all_at(&whole, end).unwrap();
             let one = [Run {
@@ -807,7 +906,7 @@ mod tests {
                 to: end + whole.len() as u64,
             }];
             let mut again = Vec::new();
-            merge_runs(&f, &one, &mut again, false).unwrap();
+            merge_lines(&f, &one, &mut again).unwrap();
             assert!(again == want, "{runs} runs, as one");
         }
     }
@@ -819,7 +918,7 @@ mod tests {
         let last = spans.len() - 1;
         spans[last].to += 100;
         let mut out = Vec::new();
-        assert!(merge_runs(&f, &spans, &mut out, false).is_err());
+        assert!(merge_lines(&f, &spans, &mut out).is_err());
     }
 
     #[test]
@@ -852,7 +951,7 @@ mod tests {
             for memory in [usize::MAX, 0, 700] {
                 for reverse in [false, true] {
                     let mut s = spool_of(&report, memory, reverse);
-                    assert!(s.spill_error.is_none());
+                    assert!(s.spill_error().is_none());
                     assert_eq!(
                         s.counts(),
                         [
@@ -874,5 +973,206 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The account for a person as it was first written, as a model: every record kept
+    /// whole, sorted and grouped in memory.
+    fn account_model(resumes: &[ResumeRecord], loose: &[Finding]) -> Vec<u8> {
+        type Group<'a> = (Vec<&'a ResumeRecord>, Vec<&'a Finding>);
+        let mut told: Vec<&ResumeRecord> = resumes
+            .iter()
+            .filter(|r| report::notable_resume(r))
+            .collect();
+        told.sort_by_key(|r| audit::resume_order(r));
+        let mut loose: Vec<&Finding> = loose.iter().collect();
+        loose.sort_by(|a, b| audit::finding_order(a).cmp(&audit::finding_order(b)));
+        let mut groups: std::collections::BTreeMap<Option<&str>, Group<'_>> = Default::default();
+        let mut order = Vec::new();
+        for r in &told {
+            let sid = r.session_id.as_deref();
+            if !groups.contains_key(&sid) {
+                order.push(sid);
+            }
+            groups.entry(sid).or_default().0.push(r);
+        }
+        for f in &loose {
+            let sid = f.session_id.as_deref();
+            if !groups.contains_key(&sid) {
+                order.push(sid);
+            }
+            groups.entry(sid).or_default().1.push(f);
+        }
+        let mut out = b"== in ==\n".to_vec();
+        for sid in &order {
+            let (rs, fs) = &groups[sid];
+            let total = resumes
+                .iter()
+                .filter(|r| r.session_id.as_deref() == *sid)
+                .count();
+            match sid {
+                Some(s) => {
+                    out.extend_from_slice(format!("session {s}: {total} resume(s)\n").as_bytes())
+                }
+                None => {
+                    out.extend_from_slice(format!("no session id: {total} resume(s)\n").as_bytes())
+                }
+            }
+            for r in rs {
+                report::write_resume_text(&mut out, r).unwrap();
+            }
+            for f in fs {
+                report::write_finding_text(&mut out, "  ", f).unwrap();
+            }
+        }
+        let mut sids: Vec<Option<&str>> = resumes
+            .iter()
+            .map(|r| r.session_id.as_deref())
+            .chain(loose.iter().map(|f| f.session_id.as_deref()))
+            .collect();
+        sids.sort();
+        sids.dedup();
+        let quiet = sids.iter().filter(|s| !groups.contains_key(*s)).count();
+        if quiet > 0 {
+            out.extend_from_slice(
+                format!("{quiet} other session(s): every resume correct, nothing to report\n")
+                    .as_bytes(),
+            );
+        }
+        if sids.is_empty() {
+            out.extend_from_slice(b"no resume and no finding\n");
+        }
+        out
+    }
+
+    /// Resumes of the fixtures, and copies of them made to stress the account: some without
+    /// a session id, some moved into another session or to another time, all notable ones
+    /// twice (ties keep the order they came in).
+    fn account_records() -> (Vec<ResumeRecord>, Vec<Finding>) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (mut resumes, mut loose) = (Vec::new(), Vec::new());
+        for dir in ["fixtures/gen", "fixtures/forensic"] {
+            let mut caps: Vec<_> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+                .collect();
+            caps.sort();
+            for cap in caps {
+                let report = analyze_path(&cap, &Options::default());
+                resumes.extend(report.resumes);
+                loose.extend(report.findings);
+            }
+        }
+        assert!(!loose.is_empty() && resumes.len() > 20);
+        // Findings with no session, in a session with resumes, in a session of their own.
+        for f in loose.clone() {
+            let mut c = f.clone();
+            c.session_id = None;
+            loose.push(c);
+            let mut c = f.clone();
+            c.session_id = resumes[resumes.len() / 2].session_id.clone();
+            loose.push(c);
+            let mut c = f;
+            c.session_id = Some("findings-only".into());
+            loose.push(c);
+        }
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let base = resumes.clone();
+        for (i, r) in base.iter().enumerate() {
+            let mut c = r.clone();
+            match crate::testing::xorshift(&mut rng) % 4 {
+                0 => c.session_id = None,
+                1 => c.session_id = base[(i * 7) % base.len()].session_id.clone(),
+                2 => c.request.time_ns -= 1_000_000_000,
+                _ => {}
+            }
+            resumes.push(c);
+            if report::notable_resume(r) {
+                resumes.push(r.clone());
+            }
+        }
+        (resumes, loose)
+    }
+
+    /// The account written through runs on disk, with any room for them and records in any
+    /// order, is the account of the records kept whole.
+    #[test]
+    fn the_account_for_a_person_is_the_one_of_records_kept_whole() {
+        let (resumes, loose) = account_records();
+        let told = resumes.iter().filter(|r| report::notable_resume(r)).count();
+        assert!(told > 10 && told < resumes.len(), "{told}");
+        for reverse in [false, true] {
+            let (mut rs, mut fs) = (resumes.clone(), loose.clone());
+            if reverse {
+                rs.reverse();
+                fs.reverse();
+            }
+            let want = account_model(&rs, &fs);
+            for (memory, account_only) in [
+                (usize::MAX, false),
+                (0, false),
+                (700, false),
+                (1 << 20, false),
+                (700, true),
+            ] {
+                let mut s = Spool::with_memory("in", true, memory);
+                if account_only {
+                    s.account_only();
+                }
+                for f in &fs {
+                    s.finding(f.clone());
+                }
+                for r in &rs {
+                    s.resume(Box::new(r.clone()));
+                }
+                // Without JSON lines, only the counters.
+                assert_eq!(s.written().is_empty(), account_only);
+                assert_eq!(s.counts(), [rs.len(), fs.len(), 0]);
+                assert_eq!(s.summary.resumes, rs.len() as u64);
+                let notes = s.human.as_mut().unwrap();
+                assert_eq!(notes.told_runs() > 0, memory < 4096, "{memory}");
+                let mut got = Vec::new();
+                report::write_human_input(&mut got, "in", notes, true).unwrap();
+                assert!(
+                    got == want,
+                    "memory {memory}, reverse {reverse}:\n{}\n---\n{}",
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&want)
+                );
+            }
+        }
+        // Nothing at all.
+        let mut s = Spool::with_memory("in", true, 0);
+        let mut got = Vec::new();
+        report::write_human_input(&mut got, "in", s.human.as_mut().unwrap(), true).unwrap();
+        assert_eq!(got, account_model(&[], &[]));
+    }
+
+    /// The account's memory does not follow the number of resumes it tells of: past its
+    /// room, their texts are in runs on disk.
+    #[test]
+    fn the_account_keeps_its_texts_within_its_room() {
+        let (resumes, _) = account_records();
+        let told: Vec<&ResumeRecord> = resumes
+            .iter()
+            .filter(|r| report::notable_resume(r))
+            .collect();
+        let memory = 16 << 10;
+        let mut notes = report::HumanNotes::new(memory);
+        let mut most = 0;
+        for round in 0..200u64 {
+            for (i, r) in told.iter().enumerate() {
+                notes.resume(r, [round, i as u64, 0, 0]);
+                most = most.max(notes.told_held());
+            }
+        }
+        assert!(notes.told_runs() >= 10, "{} runs", notes.told_runs());
+        // A run holds at most its room and the text that took it past.
+        assert!(most < 2 * (memory + 8192), "{most} bytes held");
+        let mut got = Vec::new();
+        report::write_human_input(&mut got, "in", &mut notes, true).unwrap();
+        let text = String::from_utf8(got).unwrap();
+        let listed = text.lines().filter(|l| l.starts_with("  \u{1b}[")).count();
+        assert_eq!(listed, 200 * told.len());
     }
 }
