@@ -278,6 +278,16 @@ enum Kind {
     CaptureEnds,
 }
 
+/// The id of a stream's `i`th event under [`Kind::Opaque`]: 16 hex digits scrambled from the
+/// stream's tag and `i`, so that no counter can be read in them, nor an order between them.
+fn opaque_id(tag: u32, i: u64) -> String {
+    let mut x = (u64::from(tag) << 32 | i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 32;
+    format!("{x:016x}")
+}
+
 fn pick_kind(rng: &mut Rng) -> Kind {
     match rng.next() % 1000 {
         0..800 => Kind::Correct,
@@ -430,9 +440,9 @@ fn session(
             Kind::Opaque => {
                 let tag = rng.next() as u32;
                 let ids: Vec<SseEvent> = (0..n)
-                    .map(|i| SseEvent::with_id(format!("ev_{tag:08x}_{}", 1 + i)))
+                    .map(|i| SseEvent::with_id(opaque_id(tag, 1 + i)))
                     .collect();
-                let r = Resume::new(format!("ev_{tag:08x}_0"), stream(ids, rng));
+                let r = Resume::new(opaque_id(tag, 0), stream(ids, rng));
                 (r, n)
             }
             Kind::FirstDropped => {
