@@ -14,10 +14,11 @@
 //!   hole. Connections with other addresses or ports (each side of a proxy, a NAT) stay
 //!   distinct connections.
 //! - Memory: one read buffer and one pending packet per point. The frame map is 8 bytes per
-//!   packet in an unnamed temporary file, with the last 64 KiB in memory.
+//!   packet in an unnamed temporary file, with the last 64 KiB in memory and 256 KiB of it
+//!   read back, in blocks, for the report's citations.
 //! - A file that cannot be read is an error naming it; the other files and points go on.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -43,12 +44,22 @@ struct MapState {
     tail: Vec<u8>,
     /// The file could not be written: later frames are cited without their file.
     broken: bool,
+    /// Blocks of `spill` read back, at `block % CACHE_BLOCKS`: the report cites a few frames
+    /// near one another for each record, so most lookups find their block here.
+    cache: Vec<u8>,
+    /// What each cache slot holds: its block's number plus one (0: nothing), and how many of
+    /// its bytes were read (a block at the end of the file is read again once it has grown).
+    cached: Vec<(u64, usize)>,
 }
 
 /// Entries kept in memory before they go to the temporary file.
 const TAIL_ENTRIES: usize = 8192;
 /// One entry: the file's index (u32) and the frame's number in it (u32, saturated).
 const ENTRY: usize = 8;
+/// Bytes of the temporary file read back at once.
+const BLOCK_BYTES: usize = 4096;
+/// Blocks of the temporary file kept read back (256 KiB).
+const CACHE_BLOCKS: usize = 64;
 
 impl FrameMap {
     fn new(files: Vec<String>) -> Self {
@@ -58,37 +69,44 @@ impl FrameMap {
         }
     }
 
-    fn push(&self, file: usize, local: u64) {
+    /// Appends the entries of the next frames (as [`entry`] makes them), under one lock.
+    fn extend(&self, entries: &[u8]) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
-        s.tail
-            .extend_from_slice(&u32::try_from(file).unwrap_or(u32::MAX).to_le_bytes());
-        s.tail
-            .extend_from_slice(&u32::try_from(local).unwrap_or(u32::MAX).to_le_bytes());
+        s.tail.extend_from_slice(entries);
         if s.tail.len() >= TAIL_ENTRIES * ENTRY {
             s.flush();
         }
+    }
+
+    #[cfg(test)]
+    fn push(&self, file: usize, local: u64) {
+        self.extend(&entry(file, local));
     }
 
     /// The file (its name) and number there of frame `frame` (1-based) of the merged stream.
     pub fn locate(&self, frame: u64) -> Option<(&str, u64)> {
         let mut s = self.state.lock().ok()?;
         let i = frame.checked_sub(1)?;
-        let mut e = [0u8; ENTRY];
-        if i >= s.flushed {
+        let e = if i >= s.flushed {
             let at = usize::try_from(i - s.flushed).ok()? * ENTRY;
-            e.copy_from_slice(s.tail.get(at..at + ENTRY)?);
+            <[u8; ENTRY]>::try_from(s.tail.get(at..at + ENTRY)?).ok()?
         } else {
-            let f = s.spill.as_mut()?;
-            f.seek(SeekFrom::Start(i * ENTRY as u64)).ok()?;
-            f.read_exact(&mut e).ok()?;
-            f.seek(SeekFrom::End(0)).ok()?;
-        }
+            s.spilled(i)?
+        };
         let file = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize;
         let local = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
         Some((self.files.get(file)?.as_str(), u64::from(local)))
     }
+}
+
+/// The map's entry of a frame: the file's index, then the frame's number there.
+fn entry(file: usize, local: u64) -> [u8; ENTRY] {
+    let mut e = [0u8; ENTRY];
+    e[..4].copy_from_slice(&u32::try_from(file).unwrap_or(u32::MAX).to_le_bytes());
+    e[4..].copy_from_slice(&u32::try_from(local).unwrap_or(u32::MAX).to_le_bytes());
+    e
 }
 
 impl MapState {
@@ -113,6 +131,39 @@ impl MapState {
             }
             _ => self.broken = true,
         }
+    }
+
+    /// Entry `i` (0-based), which is in the temporary file: from the cache, or read back
+    /// with its block.
+    fn spilled(&mut self, i: u64) -> Option<[u8; ENTRY]> {
+        use std::os::unix::fs::FileExt;
+        let at = i.checked_mul(ENTRY as u64)?;
+        let block = at / BLOCK_BYTES as u64;
+        let within = (at % BLOCK_BYTES as u64) as usize;
+        let slot = (block % CACHE_BLOCKS as u64) as usize;
+        if self.cached.is_empty() {
+            self.cache = vec![0; CACHE_BLOCKS * BLOCK_BYTES];
+            self.cached = vec![(0, 0); CACHE_BLOCKS];
+        }
+        let (tag, len) = *self.cached.get(slot)?;
+        if tag != block + 1 || len < within + ENTRY {
+            let start = block * BLOCK_BYTES as u64;
+            let end = self.flushed.checked_mul(ENTRY as u64)?;
+            let len = usize::try_from(end.checked_sub(start)?)
+                .ok()?
+                .min(BLOCK_BYTES);
+            let f = self.spill.as_ref()?;
+            let to = self
+                .cache
+                .get_mut(slot * BLOCK_BYTES..slot * BLOCK_BYTES + len)?;
+            if f.read_exact_at(to, start).is_err() {
+                self.cached[slot] = (0, 0);
+                return None;
+            }
+            self.cached[slot] = (block + 1, len);
+        }
+        let from = slot * BLOCK_BYTES + within;
+        <[u8; ENTRY]>::try_from(self.cache.get(from..from + ENTRY)?).ok()
     }
 }
 
@@ -145,6 +196,9 @@ pub struct MergedCapture {
     max_block: usize,
     out: Vec<u8>,
     at: usize,
+    /// Entries of the frames written to `out` and not yet in the map: they go to it together,
+    /// before the bytes of those frames are read.
+    entries: Vec<u8>,
     /// Interface ids given so far, by link type.
     interfaces: Vec<u32>,
     started: bool,
@@ -179,6 +233,7 @@ impl MergedCapture {
             max_block,
             out: Vec::new(),
             at: 0,
+            entries: Vec::new(),
             interfaces: Vec::new(),
             started: false,
         };
@@ -263,11 +318,18 @@ impl MergedCapture {
     }
 
     fn write_block(&mut self, kind: u32, body: &[u8]) {
-        let pad = (4 - body.len() % 4) % 4;
-        let len = (12 + body.len() + pad) as u32;
+        self.write_block_of(kind, body, &[]);
+    }
+
+    /// Writes a block whose body is `head` then `data`.
+    fn write_block_of(&mut self, kind: u32, head: &[u8], data: &[u8]) {
+        let body = head.len() + data.len();
+        let pad = (4 - body % 4) % 4;
+        let len = (12 + body + pad) as u32;
         self.out.extend_from_slice(&kind.to_le_bytes());
         self.out.extend_from_slice(&len.to_le_bytes());
-        self.out.extend_from_slice(body);
+        self.out.extend_from_slice(head);
+        self.out.extend_from_slice(data);
         self.out.extend_from_slice(&[0; 3][..pad]);
         self.out.extend_from_slice(&len.to_le_bytes());
     }
@@ -345,15 +407,14 @@ impl MergedCapture {
         self.points[p].last = Some((pk.file, pk.time_ns));
         let iface = self.interface(pk.linktype);
         let ts = pk.time_ns.max(0) as u64;
-        let mut epb = Vec::with_capacity(20 + pk.data.len());
-        epb.extend_from_slice(&iface.to_le_bytes());
-        epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
-        epb.extend_from_slice(&(ts as u32).to_le_bytes());
-        epb.extend_from_slice(&(pk.data.len() as u32).to_le_bytes());
-        epb.extend_from_slice(&pk.orig_len.to_le_bytes());
-        epb.extend_from_slice(&pk.data);
-        self.write_block(0x0000_0006, &epb);
-        self.map.push(pk.file, pk.local);
+        let mut head = [0u8; 20];
+        head[..4].copy_from_slice(&iface.to_le_bytes());
+        head[4..8].copy_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        head[8..12].copy_from_slice(&(ts as u32).to_le_bytes());
+        head[12..16].copy_from_slice(&(pk.data.len() as u32).to_le_bytes());
+        head[16..].copy_from_slice(&pk.orig_len.to_le_bytes());
+        self.write_block_of(0x0000_0006, &head, &pk.data);
+        self.entries.extend_from_slice(&entry(pk.file, pk.local));
         self.points[p].spare = pk.data;
         self.advance(p);
         true
@@ -361,13 +422,16 @@ impl MergedCapture {
 }
 
 impl Read for MergedCapture {
+    /// Fills `buf` with as many packets as it takes, their frames entered in the map together
+    /// before any of their bytes is handed out (a frame is cited only after it was read).
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.at == self.out.len() {
-            self.out.clear();
-            self.at = 0;
-            if !self.next_packet() {
-                return Ok(0);
-            }
+        // What was handed out goes; what was not stays in front.
+        self.out.drain(..self.at);
+        self.at = 0;
+        while self.out.len() - self.at < buf.len() && self.next_packet() {}
+        if !self.entries.is_empty() {
+            self.map.extend(&self.entries);
+            self.entries.clear();
         }
         let n = buf.len().min(self.out.len() - self.at);
         buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
@@ -482,5 +546,49 @@ mod tests {
             assert_eq!(map.locate(frame), Some(want), "frame {frame}");
         }
         assert_eq!(map.locate(n + 1), None);
+    }
+
+    /// Entries come in batches of any size, so the file can end within a block that was read
+    /// back; lookups in any order, over more blocks than the cache holds, and of a block read
+    /// back before the file grew past it, all find what was entered.
+    #[test]
+    fn the_frame_map_reads_back_through_its_cache_whatever_the_order() {
+        let names: Vec<String> = (0..7).map(|i| format!("f{i}")).collect();
+        let map = FrameMap::new(names.clone());
+        let want = |i: u64| {
+            (
+                names[(i % 7) as usize].as_str(),
+                i.wrapping_mul(2_654_435_761) >> 40,
+            )
+        };
+        let mut rng = 0x853c_49e6_748f_ea9bu64;
+        let mut next = move || crate::testing::xorshift(&mut rng);
+        let mut entered = 0u64;
+        let total = (CACHE_BLOCKS * BLOCK_BYTES / ENTRY) as u64 * 3;
+        let mut spilled_lookups = 0;
+        while entered < total {
+            let batch = 1 + next() % 700;
+            let mut entries = Vec::new();
+            for i in entered..entered + batch {
+                let (file, local) = want(i);
+                let file = names.iter().position(|n| n == file).unwrap();
+                entries.extend_from_slice(&entry(file, local));
+            }
+            map.extend(&entries);
+            entered += batch;
+            // The newest spilled entries (the last block, maybe cut), then some anywhere.
+            let flushed = map.state.lock().unwrap().flushed;
+            let mut frames: Vec<u64> = (0..4).map(|k| flushed.saturating_sub(k)).collect();
+            frames.extend((0..8).map(|_| 1 + next() % entered));
+            for frame in frames.into_iter().filter(|&f| f >= 1) {
+                spilled_lookups += u64::from(frame <= flushed);
+                assert_eq!(map.locate(frame), Some(want(frame - 1)), "frame {frame}");
+            }
+        }
+        assert!(spilled_lookups > 1000, "{spilled_lookups}");
+        for frame in (1..=entered).rev().step_by(97) {
+            assert_eq!(map.locate(frame), Some(want(frame - 1)), "frame {frame}");
+        }
+        assert_eq!(map.locate(entered + 1), None);
     }
 }
