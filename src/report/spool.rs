@@ -606,42 +606,28 @@ impl audit::Sink for Spool {
         for f in &r.forensic.findings {
             self.count_finding(f);
         }
-        let (input, lines, human) = (&self.input_json, &mut self.lines, &mut self.human);
         let key = resume_key(&r);
-        let keep = self.keep_lines;
-        let from = report::files::with_files(self.files.as_ref(), || {
-            let mut from = 0;
-            if keep {
-                let buf = lines.bytes();
-                from = buf.len();
-                report::resume_line_quoted(buf, input, &r);
-            }
-            if let Some(h) = human.as_mut() {
-                h.resume(&r, key);
-            }
-            from
-        });
+        let from = write_record(
+            self.files.as_ref(),
+            self.keep_lines.then_some(&mut self.lines),
+            self.human.as_mut(),
+            |buf| report::resume_line_quoted(buf, &self.input_json, &r),
+            |h| h.resume(&r, key),
+        );
         self.push(from, RESUMES, key, None);
     }
 
     fn finding(&mut self, f: Finding) {
         self.count_finding(&f);
-        let (input, lines, human) = (&self.input, &mut self.lines, &mut self.human);
         let (frame, kind, sid) = audit::finding_order(&f);
         let words = [frame.map_or(0, |f| f.saturating_add(1)), kind as u64, 0, 0];
-        let keep = self.keep_lines;
-        let from = report::files::with_files(self.files.as_ref(), || {
-            let mut from = 0;
-            if keep {
-                let buf = lines.bytes();
-                from = buf.len();
-                report::finding_line(buf, input, &f);
-            }
-            if let Some(h) = human.as_mut() {
-                h.finding(&f, words, sid);
-            }
-            from
-        });
+        let from = write_record(
+            self.files.as_ref(),
+            self.keep_lines.then_some(&mut self.lines),
+            self.human.as_mut(),
+            |buf| report::finding_line(buf, &self.input, &f),
+            |h| h.finding(&f, words, sid),
+        );
         self.push(from, FINDINGS, words, sid);
     }
 
@@ -658,6 +644,30 @@ impl audit::Sink for Spool {
         });
         self.push(from, VIEWS, [v.first.frame, 0, 0, 0], Some(&v.session_id));
     }
+}
+
+/// Writes a record's JSON line into `lines`' run (when the lines are kept) and its text into
+/// the account (when one is written), with a capture set's file names at hand for both;
+/// returns where the line begins.
+fn write_record(
+    files: Option<&std::sync::Arc<dyn report::files::FrameNames>>,
+    lines: Option<&mut Runs>,
+    human: Option<&mut HumanNotes>,
+    line: impl FnOnce(&mut Vec<u8>),
+    text: impl FnOnce(&mut HumanNotes),
+) -> usize {
+    report::files::with_files(files, || {
+        let mut from = 0;
+        if let Some(lines) = lines {
+            let buf = lines.bytes();
+            from = buf.len();
+            line(buf);
+        }
+        if let Some(h) = human {
+            text(h);
+        }
+        from
+    })
 }
 
 /// Report order of resumes: request time, frame, connection, exchange.
