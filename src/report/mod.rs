@@ -1201,7 +1201,7 @@ pub(crate) fn write_resume_text<W: Write + ?Sized>(
 ///
 /// Sessions come in the order of their first resume told of, then of their first finding for
 /// those with findings only. The texts are put in that order by a second sort through runs
-/// on disk, keyed by each session's rank: memory holds one rank per session told of.
+/// on disk, keyed by each session's rank: memory holds one rank (and id) per session told of.
 pub fn write_human_input<W: Write + ?Sized>(
     out: &mut W,
     input: &str,
@@ -1210,12 +1210,13 @@ pub fn write_human_input<W: Write + ?Sized>(
 ) -> std::io::Result<()> {
     writeln!(out, "== {input} ==")?;
     let quiet = notes.sessions.values().filter(|(_, told)| !told).count();
-    let mut ranks: HashMap<Option<u64>, u64> = HashMap::new();
+    // Ranks by the session id itself: two ids are never taken for one.
+    let mut ranks: HashMap<Option<Box<str>>, u64> = HashMap::new();
     let mut grouped = spool::Runs::new(notes.told.memory(), false);
     notes.told.for_each(|_, line| {
         let (sid, _) = take_session(line);
         let next = ranks.len() as u64;
-        let rank = *ranks.entry(session_key(sid)).or_insert(next);
+        let rank = *ranks.entry(sid.map(Box::from)).or_insert(next);
         let buf = grouped.bytes();
         let from = buf.len();
         buf.extend_from_slice(line);
