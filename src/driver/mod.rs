@@ -2217,7 +2217,6 @@ fn with_views_for_html(opts: &Options) -> std::borrow::Cow<'_, Options> {
     }
 }
 
-/// The HTML page of `--html`, begun with the inputs' names, when one is asked for.
 /// The spool of one input's report: it collects the account for a person when one is
 /// written, and makes no JSON lines when that account is the whole report.
 fn spool_for(input: &str, opts: &Options) -> Spool {
@@ -2228,6 +2227,7 @@ fn spool_for(input: &str, opts: &Options) -> Spool {
     spool
 }
 
+/// The HTML page of `--html`, begun with the inputs' names, when one is asked for.
 fn html_page(opts: &Options, names: &[String]) -> std::io::Result<Option<HtmlReport>> {
     opts.html
         .as_ref()
