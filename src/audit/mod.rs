@@ -992,6 +992,19 @@ pub trait Sink: Send {
     fn view(&mut self, v: SessionView);
 }
 
+/// A borrowed sink takes the records for its owner.
+impl<T: Sink + ?Sized> Sink for &mut T {
+    fn resume(&mut self, r: Box<ResumeRecord>) {
+        (**self).resume(r)
+    }
+    fn finding(&mut self, f: Finding) {
+        (**self).finding(f)
+    }
+    fn view(&mut self, v: SessionView) {
+        (**self).view(v)
+    }
+}
+
 /// When the stage audits a session before the input is over. There is no time after which a
 /// session is over: a client may resume hours later (after a laptop slept, say), and that is
 /// when a server is most likely to have lost the events; so sessions are audited early only

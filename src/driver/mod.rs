@@ -374,7 +374,7 @@ pub fn analyze_path_into(path: &Path, opts: &Options, sink: &mut dyn audit::Sink
 }
 
 /// The reduce step of one input, its records going to `sink`.
-fn reducer<'s>(opts: &Options, sink: &'s mut dyn audit::Sink) -> Reducer<'s> {
+fn reducer<S: audit::Sink>(opts: &Options, sink: S) -> Reducer<S> {
     Reducer::new(&opts.forensic, opts.retention, sink)
 }
 
@@ -2260,35 +2260,37 @@ pub fn reduce_run<W: Write, E: Write>(
         };
         match opened {
             Ok(src) => set.read(&name, std::io::BufReader::new(src)),
-            Err(e) => set.messages.push((true, format!("{name}: {e}"))),
+            Err(e) => set.file_error(&name, format!("{name}: {e}")),
         }
     }
-    set.finish();
-    let names: Vec<String> = set.inputs.iter().map(|i| i.input.clone()).collect();
-    let html = html_page(opts, &names)?;
-    let mut reports = Vec::with_capacity(set.inputs.len());
-    for mut inp in std::mem::take(&mut set.inputs) {
+    let replayed = set.replay(|inp| {
         let mut spool = spool_for(&inp.input, opts);
         spool.files = inp
             .files
             .take()
             .map(|f| Arc::new(report::files::SetFiles(f)) as Arc<dyn report::files::FrameNames>);
-        let mut report = InputReport::new(&inp.input);
-        let problems = std::mem::take(&mut inp.problems);
-        if let Some((stats, sessions, messages, _)) = inp.end.take() {
-            report.stats = stats;
-            report.sessions = sessions;
-            report.messages = messages;
-        }
-        let stage = inp.replay(&mut reducer(opts, &mut spool));
-        report.stage_stats(stage);
-        report
-            .messages
-            .extend(problems.into_iter().map(|p| (true, p)));
-        reports.push((report, spool));
-    }
+        reducer(opts, spool)
+    })?;
+    let names: Vec<String> = replayed.iter().map(|(i, ..)| i.input.clone()).collect();
+    let html = html_page(opts, &names)?;
+    let reports = replayed
+        .into_iter()
+        .map(|(mut inp, reduced, stage)| {
+            let mut report = InputReport::new(&inp.input);
+            if let Some((stats, sessions, messages, _)) = inp.end.take() {
+                report.stats = stats;
+                report.sessions = sessions;
+                report.messages = messages;
+            }
+            report.stage_stats(stage);
+            report
+                .messages
+                .extend(inp.problems.drain(..).map(|p| (true, p)));
+            (report, reduced.into_sink())
+        })
+        .collect();
     write_report(
-        &set.messages,
+        &set.messages(),
         reports,
         html,
         sessions_to_json,
