@@ -1561,6 +1561,7 @@ impl FactsSet {
     /// the stage's counters; [`FactsSet::messages`] then holds every message in order.
     pub fn replay<S, B>(
         &mut self,
+        threads: usize,
         mut begin: B,
     ) -> std::io::Result<Vec<(InputFacts, S, StageStats)>>
     where
@@ -1607,40 +1608,27 @@ impl FactsSet {
         if let Some(e) = runs.spill_error() {
             messages.push((u64::MAX, 0, false, format!("facts: {e}")));
         }
-        runs.for_each(|key, line| {
-            let [i, seq, file, at] = key.words;
-            let (i, no, tag) = (i as usize, at >> 2, at & 3);
-            if current.as_ref().map(|(c, _)| *c) != Some(i) {
-                advance(&mut current, &mut inputs, &mut done, i);
+        read_back(&mut runs, files, threads, |r| {
+            if current.as_ref().map(|(c, _)| *c) != Some(r.input) {
+                advance(&mut current, &mut inputs, &mut done, r.input);
             }
-            let name = &files[file as usize];
-            let event = match read_event(tag, line) {
-                Ok(e) => e,
-                Err(e) => {
-                    messages.push((
-                        file,
-                        no,
-                        true,
-                        format!("{name}: line {no}: {e}; the line is not read"),
-                    ));
-                    return Ok(());
+            let (event, message) = match r.read {
+                ReadOf::Event(e) => (Some(e), None),
+                ReadOf::Refused(m) => (None, Some(m)),
+                ReadOf::Unreadable(m) => {
+                    messages.push((r.file, r.no, true, m));
+                    return;
                 }
             };
-            inputs[i].named_at(file, no);
-            match event {
-                Ok(e) => {
-                    if let Some((_, r)) = current.as_mut() {
-                        r.event(seq, e);
-                    }
-                }
-                Err(e) => messages.push((
-                    file,
-                    no,
-                    true,
-                    format!("{name}: line {no}: {e}; the line is not read"),
-                )),
+            inputs[r.input].named_at(r.file, r.no);
+            if let Some((_, replay)) = current.as_mut()
+                && let Some(e) = event
+            {
+                replay.event(r.seq, e);
             }
-            Ok(())
+            if let Some(m) = message {
+                messages.push((r.file, r.no, true, m));
+            }
         })?;
         let n = inputs.len();
         advance(&mut current, &mut inputs, &mut done, n);
@@ -1667,6 +1655,93 @@ impl FactsSet {
             .map(|(_, _, e, t)| (*e, t.clone()))
             .collect()
     }
+}
+
+/// What reading an event record back gave.
+enum ReadOf {
+    Event(Event),
+    /// The record was read, its values refused: the message.
+    Refused(String),
+    /// The line does not read as a record: the message.
+    Unreadable(String),
+}
+
+/// An event record read back, with its place: its input's number, its `seq`, its facts
+/// file's number and its line there.
+struct ReadBack {
+    input: usize,
+    seq: u64,
+    file: u64,
+    no: u64,
+    read: ReadOf,
+}
+
+/// Event records read in batches of this many on a thread of their own.
+const READ_BATCH: usize = 128;
+
+/// Reads the event records of `runs` back, in order, and hands each to `consume`: with more
+/// than one thread, the lines are read on a thread of their own (most of a reduce's work is
+/// reading them), a few batches ahead of `consume`.
+fn read_back<F>(
+    runs: &mut Runs,
+    files: &[String],
+    threads: usize,
+    mut consume: F,
+) -> std::io::Result<()>
+where
+    F: FnMut(ReadBack),
+{
+    let read = |key: &crate::report::spool::SortKey, line: &[u8]| {
+        let [input, seq, file, at] = key.words;
+        let (no, tag) = (at >> 2, at & 3);
+        let message = |e: &dyn std::fmt::Display| {
+            let name = &files[file as usize];
+            format!("{name}: line {no}: {e}; the line is not read")
+        };
+        let read = match read_event(tag, line) {
+            Ok(Ok(e)) => ReadOf::Event(e),
+            Ok(Err(e)) => ReadOf::Refused(message(&e)),
+            Err(e) => ReadOf::Unreadable(message(&e)),
+        };
+        ReadBack {
+            input: input as usize,
+            seq,
+            file,
+            no,
+            read,
+        }
+    };
+    if threads <= 1 {
+        return runs.for_each(|key, line| {
+            consume(read(key, line));
+            Ok(())
+        });
+    }
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<ReadBack>>(4);
+        let reader = scope.spawn(move || {
+            let mut batch = Vec::with_capacity(READ_BATCH);
+            let result = runs.for_each(|key, line| {
+                batch.push(read(key, line));
+                if batch.len() == READ_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(READ_BATCH));
+                    tx.send(full).map_err(std::io::Error::other)?;
+                }
+                Ok(())
+            });
+            if !batch.is_empty() {
+                // The receiver reads to the end: a send fails only if it is gone.
+                let _ = tx.send(batch);
+            }
+            result
+        });
+        for batch in rx {
+            batch.into_iter().for_each(&mut consume);
+        }
+        reader
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the facts' reader failed")))
+    })
 }
 
 /// The event an event record tells of, with its `seq`.
@@ -1792,7 +1867,7 @@ mod tests {
              \"resume\":{{\"verdict\":\"fine\"}}}}\n"
         );
         set.read("f.jsonl", text.as_bytes());
-        let replayed = set.replay(|_| Log::default()).unwrap();
+        let replayed = set.replay(1, |_| Log::default()).unwrap();
         assert_eq!(replayed.len(), 1);
         let messages = set.messages();
         assert!(
@@ -1941,14 +2016,14 @@ mod tests {
     }
 
     /// The same lines, from facts read through [`FactsSet`] with runs of `memory` bytes.
-    fn replayed(files: &[(String, String)], memory: usize) -> (Vec<String>, usize) {
+    fn replayed(files: &[(String, String)], memory: usize, threads: usize) -> (Vec<String>, usize) {
         let mut set = FactsSet::with_memory(memory);
         for (name, text) in files {
             set.read(name, text.as_bytes());
         }
         let runs = set.events.runs();
         let mut out = Vec::new();
-        for (inp, log, _) in set.replay(|_| Log::default()).unwrap() {
+        for (inp, log, _) in set.replay(threads, |_| Log::default()).unwrap() {
             out.push(format!("input {}", inp.input));
             out.extend(log.0);
             out.extend(inp.problems);
@@ -2055,9 +2130,12 @@ mod tests {
         for seed in 0..120u64 {
             let files = scrambled_facts(seed * 7919 + 1);
             let want = model(&files);
-            for memory in [64, 1024, SPOOL_MEMORY] {
-                let (got, runs) = replayed(&files, memory);
-                assert_eq!(got, want, "seed {seed}, runs of {memory} bytes");
+            for (memory, threads) in [(64, 1), (1024, 2), (SPOOL_MEMORY, 1), (SPOOL_MEMORY, 2)] {
+                let (got, runs) = replayed(&files, memory, threads);
+                assert_eq!(
+                    got, want,
+                    "seed {seed}, runs of {memory} bytes, {threads} threads"
+                );
                 spilled += usize::from(runs > 1);
             }
         }

@@ -2263,7 +2263,7 @@ pub fn reduce_run<W: Write, E: Write>(
             Err(e) => set.file_error(&name, format!("{name}: {e}")),
         }
     }
-    let replayed = set.replay(|inp| {
+    let replayed = set.replay(opts.threads, |inp| {
         let mut spool = spool_for(&inp.input, opts);
         spool.files = inp
             .files
