@@ -1777,6 +1777,80 @@ fn event_of(fact: Fact) -> Result<Event, String> {
     })
 }
 
+/// A sink that writes down what it is given, as text: for tests and the fuzz crate.
+#[derive(Default)]
+pub(crate) struct Log(pub(crate) Vec<String>);
+
+impl FactSink for Log {
+    fn opened(&mut self, sid: &str, key: (u64, u32)) {
+        self.0.push(format!("opened {sid} {key:?}"));
+    }
+    fn unread(&mut self) {
+        self.0.push("unread".into());
+    }
+    fn ended(
+        &mut self,
+        key: (u64, u32),
+        x: Option<Box<ExchangeSummary>>,
+        r: Option<Box<ResumeRecord>>,
+    ) {
+        let x = x.map(|x| x.exchange);
+        self.0.push(format!("ended {key:?} {x:?} {}", r.is_some()));
+    }
+    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+        let xs: Vec<u32> = xs.iter().map(|x| x.exchange).collect();
+        self.0.push(format!("har {} {xs:?}", resumes.len()));
+    }
+    fn finish(&mut self) -> StageStats {
+        self.0.push("finish".into());
+        StageStats::default()
+    }
+}
+
+/// What the reduce makes of facts files read with runs of `memory` bytes and `threads`
+/// threads, as lines of text: per input its name, what its sink was given and its problems;
+/// then the messages. For tests and the fuzz crate.
+pub(crate) fn replay_text(
+    files: &[(String, Vec<u8>)],
+    memory: usize,
+    threads: usize,
+) -> Vec<String> {
+    let mut set = FactsSet::with_memory(memory);
+    for (name, text) in files {
+        set.read(name, &text[..]);
+    }
+    let mut out = Vec::new();
+    match set.replay(threads, |_| Log::default()) {
+        Ok(inputs) => {
+            for (inp, log, _) in inputs {
+                out.push(format!("input {}", inp.input));
+                out.extend(log.0);
+                out.extend(inp.problems);
+            }
+        }
+        Err(e) => out.push(format!("replay failed: {e}")),
+    }
+    out.extend(set.messages().into_iter().map(|(_, m)| m));
+    out
+}
+
+/// Whether what [`quick_probe`] tells of a line is what [`Probe`] tells of it, when both tell
+/// anything: `Err` says how they differ. For the fuzz crate.
+pub(crate) fn probes_agree(line: &[u8]) -> Result<(), String> {
+    let Some((tag, input, seq)) = quick_probe(line) else {
+        return Ok(());
+    };
+    // A line serde refuses is refused again when it is read whole.
+    let Ok(p) = serde_json::from_slice::<Probe>(line) else {
+        return Ok(());
+    };
+    let told = (p.t.as_deref(), p.input.as_deref(), p.seq);
+    if told != (Some(EVENT_TAGS[tag as usize]), Some(input), Some(seq)) {
+        return Err(format!("quick: {tag} {input:?} {seq}; serde: {told:?}"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1879,36 +1953,6 @@ mod tests {
         // The good line was read; the input's missing end is said.
         assert_eq!(replayed[0].1.0, ["unread", "finish"]);
         assert!(replayed[0].0.problems[0].contains("no input_end record"));
-    }
-
-    /// A sink that writes down what it is given.
-    #[derive(Default)]
-    struct Log(Vec<String>);
-
-    impl FactSink for Log {
-        fn opened(&mut self, sid: &str, key: (u64, u32)) {
-            self.0.push(format!("opened {sid} {key:?}"));
-        }
-        fn unread(&mut self) {
-            self.0.push("unread".into());
-        }
-        fn ended(
-            &mut self,
-            key: (u64, u32),
-            x: Option<Box<ExchangeSummary>>,
-            r: Option<Box<ResumeRecord>>,
-        ) {
-            let x = x.map(|x| x.exchange);
-            self.0.push(format!("ended {key:?} {x:?} {}", r.is_some()));
-        }
-        fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
-            let xs: Vec<u32> = xs.iter().map(|x| x.exchange).collect();
-            self.0.push(format!("har {} {xs:?}", resumes.len()));
-        }
-        fn finish(&mut self) -> StageStats {
-            self.0.push("finish".into());
-            StageStats::default()
-        }
     }
 
     /// Facts read the way they were before event records were sorted on disk: every line read

@@ -146,6 +146,23 @@ pub mod fuzzing {
         )
     }
 
+    /// What the reduce makes of facts files (name, bytes) read with runs of `memory` bytes and
+    /// `threads` threads: lines of text (each input's events as its sink took them, its
+    /// problems, then the messages).
+    pub fn facts_replayed(
+        files: &[(String, Vec<u8>)],
+        memory: usize,
+        threads: usize,
+    ) -> Vec<String> {
+        crate::facts::replay_text(files, memory, threads)
+    }
+
+    /// Whether a facts line's tag, input and `seq`, read from its first bytes, are what serde
+    /// reads: `Err` says how they differ.
+    pub fn facts_probes_agree(line: &[u8]) -> Result<(), String> {
+        crate::facts::probes_agree(line)
+    }
+
     /// The raw JSON of each whole entry of a HAR document.
     pub fn har_entries(doc: &[u8]) -> Vec<Vec<u8>> {
         crate::input::har::entries_of(doc)

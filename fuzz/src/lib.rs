@@ -1039,3 +1039,32 @@ pub fn tls_keylog(data: &[u8]) {
     assert!(named as u64 <= malformed && named <= 32);
     assert!(randoms as u64 <= secrets);
 }
+
+/// Bytes 1 on as the records of facts files (`--reduce`), after their header: cut in two
+/// files at a point byte 0 chooses, read with runs of 64 bytes on one thread and with runs of
+/// 1 MiB on two. The reduce makes one thing of the facts however they are sorted and read:
+/// the same inputs, events, problems and messages both ways. Every line whose tag, input and
+/// `seq` are read from its first bytes is read so by serde too.
+pub fn facts(data: &[u8]) {
+    let [cut, records @ ..] = data else {
+        return;
+    };
+    let header = b"{\"format\":\"mcp-resume-audit-facts\",\"version\":1}\n";
+    let at = usize::from(*cut) * records.len() / 255;
+    let files: Vec<(String, Vec<u8>)> = [&records[..at], &records[at..]]
+        .iter()
+        .enumerate()
+        .map(|(i, part)| (format!("part-{i}.facts"), [&header[..], part].concat()))
+        .collect();
+    for line in records.split(|&b| b == b'\n') {
+        if let Err(e) = mcp_resume_audit::fuzzing::facts_probes_agree(line) {
+            panic!("a line told two ways: {e}");
+        }
+    }
+    let small = mcp_resume_audit::fuzzing::facts_replayed(&files, 64, 1);
+    let large = mcp_resume_audit::fuzzing::facts_replayed(&files, 1 << 20, 2);
+    assert_eq!(
+        small, large,
+        "the reduce depends on how the facts are sorted and read"
+    );
+}
