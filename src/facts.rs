@@ -1329,8 +1329,10 @@ impl<S: FactSink> Replay<S> {
         }
     }
 
-    /// The input is over: its sink finished, and what the facts lacked said in `inp`.
-    fn finish(mut self, inp: &mut InputFacts, source: &str) -> (S, StageStats) {
+    /// The input is over: its sink finished, and what the facts lacked said in `inp`, citing
+    /// the facts file (of `files`) its first record came from.
+    fn finish(mut self, inp: &mut InputFacts, files: &[String]) -> (S, StageStats) {
+        let source = inp.first.map_or("", |(f, _)| &files[f as usize]);
         if self.har {
             let (r, x) = (
                 std::mem::take(&mut self.har_r),
@@ -1581,24 +1583,14 @@ impl FactsSet {
                            upto: usize| {
             let next = match current.take() {
                 Some((i, r)) => {
-                    let inp = &mut inputs[i];
-                    let source = inp
-                        .first
-                        .map_or("", |(f, _)| &files[f as usize])
-                        .to_string();
-                    done[i] = Some(r.finish(inp, &source));
+                    done[i] = Some(r.finish(&mut inputs[i], files));
                     i + 1
                 }
                 None => 0,
             };
             for i in next..upto {
                 let r = Replay::new(begin(&mut inputs[i]));
-                let inp = &mut inputs[i];
-                let source = inp
-                    .first
-                    .map_or("", |(f, _)| &files[f as usize])
-                    .to_string();
-                done[i] = Some(r.finish(inp, &source));
+                done[i] = Some(r.finish(&mut inputs[i], files));
             }
             if upto < inputs.len() {
                 *current = Some((upto, Replay::new(begin(&mut inputs[upto]))));
