@@ -1670,10 +1670,15 @@ struct ReadBack {
 
 /// Event records read in batches of this many on a thread of their own.
 const READ_BATCH: usize = 128;
+/// A batch is sent once its lines reach this many bytes, however few they are: what is read
+/// ahead stays small with lines of any length (up to [`MAX_LINE_BYTES`]).
+const READ_BATCH_BYTES: usize = 256 << 10;
+/// Batches read ahead of the session stage.
+const READ_AHEAD_BATCHES: usize = 2;
 
 /// Reads the event records of `runs` back, in order, and hands each to `consume`: with more
 /// than one thread, the lines are read on a thread of their own (most of a reduce's work is
-/// reading them), a few batches ahead of `consume`.
+/// reading them), at most [`READ_AHEAD_BATCHES`] batches ahead of `consume`.
 fn read_back<F>(
     runs: &mut Runs,
     files: &[String],
@@ -1710,13 +1715,16 @@ where
         });
     }
     std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<ReadBack>>(4);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<ReadBack>>(READ_AHEAD_BATCHES);
         let reader = scope.spawn(move || {
             let mut batch = Vec::with_capacity(READ_BATCH);
+            let mut bytes = 0;
             let result = runs.for_each(|key, line| {
                 batch.push(read(key, line));
-                if batch.len() == READ_BATCH {
+                bytes += line.len();
+                if batch.len() == READ_BATCH || bytes >= READ_BATCH_BYTES {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(READ_BATCH));
+                    bytes = 0;
                     tx.send(full).map_err(std::io::Error::other)?;
                 }
                 Ok(())
