@@ -1093,8 +1093,8 @@ pub struct InputFacts {
     /// Problems of the facts themselves (a missing `input_end`, a record given twice), known
     /// once its events are replayed.
     pub problems: Vec<String>,
-    /// Where its first record that is a record at all sits (facts file, line): the input's
-    /// place in the report, and the file messages cite. `None`: only damaged lines named it.
+    /// Where its first record that reads as one sits (facts file, line): the input's place in
+    /// the report, and the file its problems cite. `None`: only damaged lines named it.
     first: Option<(u64, u64)>,
 }
 
@@ -1272,7 +1272,7 @@ pub struct FactsSet {
     by_name: HashMap<String, usize>,
     /// The facts files read, by number.
     files: Vec<String>,
-    /// Event records: `[input, seq, file, line]` and the line.
+    /// Event records: their lines, sorted by `[input, seq, file, line << 2 | tag]`.
     events: Runs,
     /// `(file, line, is_error, text)`; put in order once every input is replayed.
     messages: Vec<(u64, u64, bool, String)>,
