@@ -1819,6 +1819,11 @@ pub(crate) fn replay_text(
     for (name, text) in files {
         set.read(name, &text[..]);
     }
+    replayed_text(&mut set, threads)
+}
+
+/// What the reduce makes of the facts `set` has read, as [`replay_text`] writes it.
+fn replayed_text(set: &mut FactsSet, threads: usize) -> Vec<String> {
     let mut out = Vec::new();
     match set.replay(threads, |_| Log::default()) {
         Ok(inputs) => {
@@ -2066,14 +2071,7 @@ mod tests {
             set.read(name, text.as_bytes());
         }
         let runs = set.events.runs();
-        let mut out = Vec::new();
-        for (inp, log, _) in set.replay(threads, |_| Log::default()).unwrap() {
-            out.push(format!("input {}", inp.input));
-            out.extend(log.0);
-            out.extend(inp.problems);
-        }
-        out.extend(set.messages().into_iter().map(|(_, m)| m));
-        (out, runs)
+        (replayed_text(&mut set, threads), runs)
     }
 
     /// Facts files of several inputs, their records spread over the files in any order,
