@@ -7,6 +7,8 @@
 #
 #     benches/ab.sh OLD_BINARY NEW_BINARY CAPTURE...
 #
+# A CAPTURE of several files joined by `+` (`a.pcap+b.pcap`) is one row whose files are given
+# together, e.g. with ARGS="--fleet" for a fleet of capture points.
 # Environment: RUNS (runs of each build per row, default 5), JOBS (default "1 2"), ARGS (more
 # arguments for both builds, e.g. "--tls-keylog FILE"). Needs /usr/bin/time (package `time`).
 # Both builds must write the same report: the script compares their outputs once per row and
@@ -29,6 +31,8 @@ source "$HERE/timing.sh"
 echo "| capture | threads | A wall s | B wall s | B / A | A CPU s | B CPU s | B / A | A RSS MiB | B RSS MiB | same report |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for cap in "$@"; do
+    IFS=+ read -r -a files <<<"$cap"
+    name=$(for f in "${files[@]}"; do basename "$f"; done | paste -sd+)
     for j in $JOBS; do
         : >"$TMP/a" && : >"$TMP/b"
         for ((i = 0; i < RUNS; i++)); do
@@ -37,13 +41,13 @@ for cap in "$@"; do
                 [[ $side == b ]] && bin=$B
                 # Read again just before the run: a kernel that reclaims cold pages (DAMON)
                 # drops much of a large capture from the page cache within seconds.
-                cat -- "$cap" >/dev/null
+                cat -- "${files[@]}" >/dev/null
                 # Exit status 1 (findings) and 3 (traffic not read) are reports too.
                 # GNU time gives the peak RSS; the shell's `time` around it, the clocks.
                 status=0
                 {
                     time /usr/bin/time -f "%M" -o "$TMP/t" "$bin" -q "-j$j" "${EXTRA[@]}" \
-                        "$cap" >"$TMP/$side.out" 2>"$TMP/$side.err"
+                        "${files[@]}" >"$TMP/$side.out" 2>"$TMP/$side.err"
                 } 2>"$TMP/clock" || status=$?
                 if [[ $status != 0 && $status != 1 && $status != 3 ]]; then
                     echo "$bin failed on $cap (exit status $status)" >&2
@@ -65,6 +69,6 @@ for cap in "$@"; do
         rb=$(cut -d' ' -f3 "$TMP/b" | sort -n | tail -1)
         wratio=$(awk -v a="$wa" -v b="$wb" 'BEGIN {printf "%.3f", b / a}')
         cratio=$(awk -v a="$ca" -v b="$cb" 'BEGIN {printf "%.3f", b / a}')
-        echo "| $(basename "$cap") | -j$j | $wa | $wb | $wratio | $ca | $cb | $cratio | $((ra / 1024)) | $((rb / 1024)) | $same |"
+        echo "| $name | -j$j | $wa | $wb | $wratio | $ca | $cb | $cratio | $((ra / 1024)) | $((rb / 1024)) | $same |"
     done
 done

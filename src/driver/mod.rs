@@ -15,7 +15,7 @@
 //!   evicted first); connections closed by either side leave it after a quiet minute of
 //!   capture time.
 //! - Payload bytes are copied at most once (into a batch for a worker thread), never kept
-//!   (a `--fleet` run copies them once more, into the merged stream).
+//!   (a `--fleet` run copies them once more, as it reads each capture point ahead).
 //! - The files of a set are read one after the other through one flow table; a frame of
 //!   member `n` is numbered `n << MEMBER_SHIFT | its own number` ([`crate::record`]), so
 //!   frames keep growing in reading order and a lone file's numbers are its own.
@@ -38,7 +38,7 @@ use crate::exchange::{
     ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, SessionSet, TlsInfo,
 };
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
-use crate::input::capture::{self, CaptureReader, InputKind, Record};
+use crate::input::capture::{self, CaptureReader, InputKind, Record, Records};
 use crate::input::compressed::{Codec, read_prefix};
 use crate::input::har;
 use crate::input::merge::{FrameMap, MergedCapture};
@@ -444,7 +444,7 @@ fn map_reader<R: Read>(
             let one = Member {
                 no: 0,
                 name: name.to_string(),
-                src: Ok(Box::new(chained)),
+                src: Ok(Source::Bytes(Box::new(chained))),
             };
             analyze_capture(&mut std::iter::once(one), opts, &mut report, sink)
         }
@@ -471,7 +471,7 @@ fn map_set(set: &CaptureSet, opts: &Options, sink: &mut dyn FactSink) -> InputRe
     let mut members = set.members.iter().enumerate().map(|(i, path)| Member {
         no: i as u64 + 1,
         name: path.display().to_string(),
-        src: open_member(path),
+        src: open_member(path).map(Source::Bytes),
     });
     analyze_capture(&mut members, opts, &mut report, sink);
     report
@@ -480,25 +480,17 @@ fn map_set(set: &CaptureSet, opts: &Options, sink: &mut dyn FactSink) -> InputRe
 /// The map step of capture points merged by time ([`MergedCapture`]) as one capture.
 fn map_merged(
     name: &str,
-    merged: MergedCapture,
+    merged: Box<MergedCapture>,
     opts: &Options,
     sink: &mut dyn FactSink,
 ) -> InputReport {
     let mut report = InputReport::new(name);
-    // The merged stream's blocks carry a few bytes more than the records they hold.
-    let opts = Options {
-        limits: Limits {
-            max_block_bytes: max_block(opts).saturating_add(64),
-            ..opts.limits.clone()
-        },
-        ..opts.clone()
-    };
     let one = Member {
         no: 0,
         name: name.to_string(),
-        src: Ok(Box::new(merged)),
+        src: Ok(Source::Merged(merged)),
     };
-    analyze_capture(&mut std::iter::once(one), &opts, &mut report, sink);
+    analyze_capture(&mut std::iter::once(one), opts, &mut report, sink);
     report
 }
 
@@ -506,7 +498,7 @@ fn max_block(opts: &Options) -> usize {
     opts.limits.max_block_bytes
 }
 
-/// The merged stream's frames, named by the file each came from.
+/// The merged capture's frames, named by the file each came from.
 struct MergedNames(Arc<FrameMap>);
 
 impl report::files::FrameNames for MergedNames {
@@ -1759,7 +1751,25 @@ fn shard_of(stream: u64, shards: usize) -> usize {
 struct Member<'a> {
     no: u64,
     name: String,
-    src: Result<Box<dyn Read + 'a>, String>,
+    src: Result<Source<'a>, String>,
+}
+
+/// Where a member's records come from.
+enum Source<'a> {
+    /// A capture file's bytes (decompressed when it is compressed).
+    Bytes(Box<dyn Read + 'a>),
+    /// Capture points merged by time, their packets read as they are placed.
+    Merged(Box<MergedCapture>),
+}
+
+/// What the reading carries from one member of a capture to the next.
+struct Reading {
+    table: FlowTable,
+    last: Mark,
+    ends: Vec<FlowEvent>,
+    keys: Arc<KeyLog>,
+    /// The file read before, and the time of its last packet.
+    before: Option<(String, i64)>,
 }
 
 /// Reads the capture (the files of a set one after the other, as one), classifies packets and
@@ -1770,126 +1780,144 @@ fn read_packets<'a, D: Dispatch>(
     sink: &mut D,
     report: &mut InputReport,
 ) -> (Mark, FlowTable) {
-    let mut table = FlowTable::new(opts.limits.max_connections);
-    let mut last = Mark::default();
-    let mut ends = Vec::new();
-    let mut keys = opts.tls.0.clone();
-    // The file read before, and the time of its last packet.
-    let mut before: Option<(String, i64)> = None;
+    let mut reading = Reading {
+        table: FlowTable::new(opts.limits.max_connections),
+        last: Mark::default(),
+        ends: Vec::new(),
+        keys: opts.tls.0.clone(),
+        before: None,
+    };
     for member in members {
         let name = member.name.as_str();
-        let src = match member.src {
-            Ok(src) => src,
-            Err(e) => {
-                report.error(e);
-                continue;
-            }
-        };
-        let mut reader = match CaptureReader::open(src, opts.limits.max_block_bytes) {
-            Ok(r) => r,
-            Err(e) => {
-                report.error(format!("{name}: {e}"));
-                continue;
-            }
-        };
         let base = frame_base(member.no);
-        let mut progress_shown = 0;
-        let mut packets = 0u64;
-        // The first and last packet times of the file (0: none yet); a packet with no time
-        // (0) leaves them be.
-        let (mut first_ns, mut last_ns) = (0i64, 0i64);
-        loop {
-            if let Some(bar) = &opts.progress {
-                let at = reader.position();
-                if at - progress_shown >= PROGRESS_STEP_BYTES {
-                    bar.advance(at - progress_shown);
-                    progress_shown = at;
-                }
+        match member.src {
+            Err(e) => report.error(e),
+            Ok(Source::Merged(mut merged)) => {
+                read_member(&mut *merged, name, base, opts, &mut reading, sink, report)
             }
-            let packet = match reader.next_record() {
-                Ok(Some(Record::Packet(p))) => p,
-                Ok(Some(Record::TlsKeyLog(text))) => {
-                    let mut more = (*keys).clone();
-                    more.add_nss(text, KeySource::Embedded);
-                    keys = Arc::new(more);
-                    sink.control(ShardMsg::Keys(keys.clone()));
-                    continue;
+            Ok(Source::Bytes(src)) => match CaptureReader::open(src, opts.limits.max_block_bytes) {
+                Ok(mut reader) => {
+                    read_member(&mut reader, name, base, opts, &mut reading, sink, report)
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    report.error(format!(
-                        "{name}: {e} (after frame {packets}); analyzed up to there"
-                    ));
-                    break;
-                }
-            };
-            packets += 1;
-            report.stats.packets += 1;
-            let frame = base | packet.frame;
-            let mark = Mark::new(frame, packet.time_ns);
-            last = mark;
-            if packet.time_ns != 0 {
-                if first_ns == 0 {
-                    first_ns = packet.time_ns;
-                }
-                last_ns = packet.time_ns;
-            }
-            if (packet.orig_len as usize) > packet.data.len() {
-                report.stats.coverage.count_cut(packet.data.len() as u64);
-            }
-            // Matched in place: moving the packet out of the result copied its addresses in
-            // one wide load just after they were written in narrow stores, and the load
-            // waited for them (3-5% of a `-j2` run on the tiny mix).
-            match &decode::decode(packet.linktype, packet.data) {
-                Ok(tcp) => {
-                    let msg = table.classify(tcp, mark, frame, |e| {
-                        sink.control(ShardMsg::from_flow(e, frame))
-                    });
-                    sink.packet(msg, tcp.payload);
-                }
-                Err(skip) => *report.stats.skipped.entry(skip_name(*skip)).or_insert(0) += 1,
-            }
-            if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
-                table.sweep(mark, &mut ends);
-                for e in ends.drain(..) {
-                    sink.control(ShardMsg::from_flow(e, frame));
-                }
-            }
-            sink.frame_done(frame);
-        }
-        if let Some(bar) = &opts.progress {
-            bar.advance(reader.position().saturating_sub(progress_shown));
-        }
-        if let Some(at) = reader.truncated_at() {
-            *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
-            // Read in part: counted as a failed input, though every whole packet was analyzed.
-            report.error(format!(
-                "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
-            ));
-        }
-        let skipped = reader.skipped_records();
-        if skipped > 0 {
-            *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
-        }
-        let times = (first_ns != 0).then_some((first_ns, last_ns));
-        if let (Some((prev, prev_end)), Some((first, _))) = (&before, times)
-            && first < *prev_end
-        {
-            report.messages.push((
-                false,
-                format!(
-                    "{name}: its first packet ({}) is older than the last one of {prev} ({}): \
-                     the files overlap in time or the clock went back; read one after the other",
-                    report::rfc3339_micros(first),
-                    report::rfc3339_micros(*prev_end)
-                ),
-            ));
-        }
-        if let Some((_, end)) = times {
-            before = Some((name.to_string(), end));
+                Err(e) => report.error(format!("{name}: {e}")),
+            },
         }
     }
-    (last, table)
+    (reading.last, reading.table)
+}
+
+/// Reads one member's records: its frames are numbered from `base`.
+fn read_member<S: Records, D: Dispatch>(
+    reader: &mut S,
+    name: &str,
+    base: u64,
+    opts: &Options,
+    reading: &mut Reading,
+    sink: &mut D,
+    report: &mut InputReport,
+) {
+    let Reading {
+        table,
+        last,
+        ends,
+        keys,
+        before,
+    } = reading;
+    let mut progress_shown = 0;
+    let mut packets = 0u64;
+    // The first and last packet times of the file (0: none yet); a packet with no time
+    // (0) leaves them be.
+    let (mut first_ns, mut last_ns) = (0i64, 0i64);
+    loop {
+        if let Some(bar) = &opts.progress {
+            let at = reader.position();
+            if at - progress_shown >= PROGRESS_STEP_BYTES {
+                bar.advance(at - progress_shown);
+                progress_shown = at;
+            }
+        }
+        let packet = match reader.next_record() {
+            Ok(Some(Record::Packet(p))) => p,
+            Ok(Some(Record::TlsKeyLog(text))) => {
+                let mut more = (**keys).clone();
+                more.add_nss(text, KeySource::Embedded);
+                *keys = Arc::new(more);
+                sink.control(ShardMsg::Keys(keys.clone()));
+                continue;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                report.error(format!(
+                    "{name}: {e} (after frame {packets}); analyzed up to there"
+                ));
+                break;
+            }
+        };
+        packets += 1;
+        report.stats.packets += 1;
+        let frame = base | packet.frame;
+        let mark = Mark::new(frame, packet.time_ns);
+        *last = mark;
+        if packet.time_ns != 0 {
+            if first_ns == 0 {
+                first_ns = packet.time_ns;
+            }
+            last_ns = packet.time_ns;
+        }
+        if (packet.orig_len as usize) > packet.data.len() {
+            report.stats.coverage.count_cut(packet.data.len() as u64);
+        }
+        // Matched in place: moving the packet out of the result copied its addresses in
+        // one wide load just after they were written in narrow stores, and the load
+        // waited for them (3-5% of a `-j2` run on the tiny mix).
+        match &decode::decode(packet.linktype, packet.data) {
+            Ok(tcp) => {
+                let msg = table.classify(tcp, mark, frame, |e| {
+                    sink.control(ShardMsg::from_flow(e, frame))
+                });
+                sink.packet(msg, tcp.payload);
+            }
+            Err(skip) => *report.stats.skipped.entry(skip_name(*skip)).or_insert(0) += 1,
+        }
+        if packet.frame % SWEEP_EVERY_PACKETS == 0 || table.len() > table.max_connections {
+            table.sweep(mark, ends);
+            for e in ends.drain(..) {
+                sink.control(ShardMsg::from_flow(e, frame));
+            }
+        }
+        sink.frame_done(frame);
+    }
+    if let Some(bar) = &opts.progress {
+        bar.advance(reader.position().saturating_sub(progress_shown));
+    }
+    if let Some(at) = reader.truncated_at() {
+        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
+        // Read in part: counted as a failed input, though every whole packet was analyzed.
+        report.error(format!(
+            "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"
+        ));
+    }
+    let skipped = reader.skipped_records();
+    if skipped > 0 {
+        *report.stats.skipped.entry("no_interface").or_insert(0) += skipped;
+    }
+    let times = (first_ns != 0).then_some((first_ns, last_ns));
+    if let (Some((prev, prev_end)), Some((first, _))) = (&before, times)
+        && first < *prev_end
+    {
+        report.messages.push((
+            false,
+            format!(
+                "{name}: its first packet ({}) is older than the last one of {prev} ({}): \
+                 the files overlap in time or the clock went back; read one after the other",
+                report::rfc3339_micros(first),
+                report::rfc3339_micros(*prev_end)
+            ),
+        ));
+    }
+    if let Some((_, end)) = times {
+        *before = Some((name.to_string(), end));
+    }
 }
 
 /// Spawns `f` on a scoped thread called `name`. A thread the system cannot make ends the run
@@ -2090,7 +2118,7 @@ fn plan_inputs(inputs: &[PathBuf], opts: &Options) -> Planned {
 enum Ready<'a> {
     One(&'a Path),
     Set(&'a CaptureSet),
-    Merged(String, MergedCapture, crate::input::merge::Messages),
+    Merged(String, Box<MergedCapture>, crate::input::merge::Messages),
 }
 
 /// Makes a planned input ready, with how its frames are named when it is made of several
@@ -2111,7 +2139,10 @@ fn ready<'a>(
             let files: Vec<Vec<PathBuf>> = points.iter().map(|p| p.members.clone()).collect();
             let (merged, map, messages) = MergedCapture::new(&files, max_block(o));
             let names: Arc<dyn report::files::FrameNames> = Arc::new(MergedNames(map));
-            (Ready::Merged(input.name(), merged, messages), Some(names))
+            (
+                Ready::Merged(input.name(), Box::new(merged), messages),
+                Some(names),
+            )
         }
     }
 }

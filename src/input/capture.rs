@@ -682,6 +682,34 @@ enum Next {
     End,
 }
 
+/// Where the driver takes a capture's records from: one file's reader, or the packets of
+/// several capture points merged by time (`crate::input::merge`).
+pub trait Records {
+    /// The next packet or embedded key log, or `None` at the end.
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError>;
+    /// Bytes of the input consumed so far (for a progress display).
+    fn position(&self) -> u64;
+    /// Where a record cut short by the end of the input began, if one was.
+    fn truncated_at(&self) -> Option<u64>;
+    /// Records passed over without being packets (see [`CaptureReader::skipped_records`]).
+    fn skipped_records(&self) -> u64;
+}
+
+impl<R: Read> Records for CaptureReader<R> {
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        CaptureReader::next_record(self)
+    }
+    fn position(&self) -> u64 {
+        CaptureReader::position(self)
+    }
+    fn truncated_at(&self) -> Option<u64> {
+        CaptureReader::truncated_at(self)
+    }
+    fn skipped_records(&self) -> u64 {
+        CaptureReader::skipped_records(self)
+    }
+}
+
 /// What a capture holds, in file order: packets, and the TLS secrets embedded between them.
 #[derive(Debug)]
 pub enum Record<'a> {

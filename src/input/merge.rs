@@ -3,32 +3,35 @@
 //!
 //! Input: capture points, each its files in reading order (one file, or a ring buffer), each
 //! file possibly compressed.
-//! Output: [`MergedCapture`], a `Read` of one pcapng stream holding every packet of every
-//! point in time order (ties: the point named first), Decryption Secrets Blocks passed on as
-//! they come; and a [`FrameMap`] that says, for each frame of that stream, which file it came
-//! from and its number there, so the report cites the file a person opens.
+//! Output: [`MergedCapture`], the [`Records`] of every packet of every point in time order
+//! (ties: the point named first), each point's key logs where its files hold them, read by the
+//! driver as one file's records are; and a [`FrameMap`] that says, for each frame of the merged
+//! capture, which file it came from and its number there, so the report cites the file a
+//! person opens.
 //! Invariants:
 //! - A TCP connection seen at two points (the same addresses and ports) is one connection of
 //!   the merged capture: its second copy of each segment is a retransmission to reassembly
 //!   (the first captured copy wins) and a copy that only one point holds fills the other's
 //!   hole. Connections with other addresses or ports (each side of a proxy, a NAT) stay
 //!   distinct connections.
-//! - Memory: one read buffer and one pending packet per point. The frame map is 8 bytes per
+//! - Memory: one read buffer and one pending packet per point, and the packets placed ahead
+//!   (at most 256, of 256 KiB together but for the last one). The frame map is 8 bytes per
 //!   packet in an unnamed temporary file, with the last 64 KiB in memory and 256 KiB of it
 //!   read back, in blocks, for the report's citations.
 //! - A file that cannot be read is an error naming it; the other files and points go on.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::input::capture::{CaptureReader, Record};
+use crate::input::capture::{CaptureError, CaptureReader, Packet, Record, Records};
 use crate::input::compressed::open_sniffed;
 
 /// A file that cannot be read is not fatal: its error, for standard error.
 pub type Messages = Arc<Mutex<Vec<(bool, String)>>>;
 
-/// Which file each frame of the merged stream came from, and its number there.
+/// Which file each frame of the merged capture came from, and its number there.
 #[derive(Debug)]
 pub struct FrameMap {
     /// Every file of every point, in the order points and their files were given.
@@ -85,7 +88,7 @@ impl FrameMap {
         self.extend(&entry(file, local));
     }
 
-    /// The file (its name) and number there of frame `frame` (1-based) of the merged stream.
+    /// The file (its name) and number there of frame `frame` (1-based) of the merged capture.
     pub fn locate(&self, frame: u64) -> Option<(&str, u64)> {
         let mut s = self.state.lock().ok()?;
         let i = frame.checked_sub(1)?;
@@ -172,14 +175,16 @@ struct Point {
     files: Vec<(usize, PathBuf)>,
     next_file: usize,
     reader: Option<(usize, CaptureReader<Box<dyn Read>>)>,
+    /// How far `reader` had read when it was last asked.
+    read_to: u64,
     pending: Option<Pending>,
-    /// The buffer of the packet written last, to be filled again.
-    spare: Vec<u8>,
     /// The file read before, and the time of its last packet (for the overlap warning).
     last: Option<(usize, i64)>,
 }
 
 struct Pending {
+    /// Its number in the merged capture (0 until it is placed there).
+    frame: u64,
     time_ns: i64,
     linktype: u32,
     orig_len: u32,
@@ -188,19 +193,42 @@ struct Pending {
     local: u64,
 }
 
-/// The merged capture: a pcapng stream, made as it is read.
+/// A record of the merged capture, placed and not yet handed out.
+enum Placed {
+    Packet(Pending),
+    Secrets(Vec<u8>),
+}
+
+/// Packets placed at once, their frames entered in the map under one lock.
+const PLACED_PACKETS: usize = 256;
+/// Bytes of packets placed at once, at most (and at least one packet).
+const PLACED_BYTES: usize = 256 << 10;
+/// Bytes of emptied packet buffers kept to be filled again.
+const KEPT_BUFFER_BYTES: usize = 512 << 10;
+
+/// The merged capture: the packets of every point in time order, with the secrets their files
+/// embed, read as [`Records`] the way one file's records are read.
 pub struct MergedCapture {
     points: Vec<Point>,
     map: Arc<FrameMap>,
     messages: Messages,
     max_block: usize,
-    out: Vec<u8>,
-    at: usize,
-    /// Entries of the frames written to `out` and not yet in the map: they go to it together,
-    /// before the bytes of those frames are read.
+    /// Records placed in the merged order, not yet handed out: their frames are in the map
+    /// already (a frame is cited only after it was read).
+    placed: VecDeque<Placed>,
+    /// The record handed out last, which the caller borrows until the next call.
+    out: Option<Placed>,
+    /// Emptied packet buffers, and the bytes they hold room for.
+    free: Vec<Vec<u8>>,
+    free_bytes: usize,
+    /// Frames placed so far.
+    frames: u64,
+    /// Map entries of frames placed and not yet entered.
     entries: Vec<u8>,
-    /// Interface ids given so far, by link type.
-    interfaces: Vec<u32>,
+    /// Bytes read of every point's files.
+    read_bytes: u64,
+    /// Records the points' files passed over without being packets.
+    skipped: u64,
     started: bool,
 }
 
@@ -219,8 +247,8 @@ impl MergedCapture {
                 files: fs,
                 next_file: 0,
                 reader: None,
+                read_to: 0,
                 pending: None,
-                spare: Vec::new(),
                 last: None,
             });
         }
@@ -231,10 +259,14 @@ impl MergedCapture {
             map: map.clone(),
             messages: messages.clone(),
             max_block,
-            out: Vec::new(),
-            at: 0,
+            placed: VecDeque::new(),
+            out: None,
+            free: Vec::new(),
+            free_bytes: 0,
+            frames: 0,
             entries: Vec::new(),
-            interfaces: Vec::new(),
+            read_bytes: 0,
+            skipped: 0,
             started: false,
         };
         (m, map, messages)
@@ -246,7 +278,7 @@ impl MergedCapture {
         }
     }
 
-    /// Makes point `p`'s next packet pending (writing any secrets it passes), opening its next
+    /// Makes point `p`'s next packet pending (placing any secrets it passes), opening its next
     /// file when one ends.
     fn advance(&mut self, p: usize) {
         loop {
@@ -257,7 +289,12 @@ impl MergedCapture {
                 };
                 point.next_file += 1;
                 match open(&path, self.max_block) {
-                    Ok(r) => self.points[p].reader = Some((file, r)),
+                    Ok(r) => {
+                        let point = &mut self.points[p];
+                        point.read_to = r.position();
+                        self.read_bytes += point.read_to;
+                        point.reader = Some((file, r));
+                    }
                     Err(e) => {
                         self.say(true, format!("{}: {e}", path.display()));
                     }
@@ -271,30 +308,40 @@ impl MergedCapture {
             let file = *file;
             let next = match reader.next_record() {
                 Ok(Some(Record::Packet(pk))) => {
-                    let mut data = std::mem::take(&mut point.spare);
+                    let mut data = self.free.pop().unwrap_or_default();
+                    self.free_bytes = self.free_bytes.saturating_sub(data.capacity());
                     data.clear();
                     data.extend_from_slice(pk.data);
-                    Some(Pending {
+                    Some(Some(Pending {
+                        frame: 0,
                         time_ns: pk.time_ns,
                         linktype: pk.linktype,
                         orig_len: pk.orig_len,
                         data,
                         file,
                         local: pk.frame,
-                    })
+                    }))
                 }
                 Ok(Some(Record::TlsKeyLog(text))) => {
-                    let text = text.to_vec();
-                    self.write_secrets(&text);
-                    continue;
+                    self.placed.push_back(Placed::Secrets(text.to_vec()));
+                    None
                 }
-                Ok(None) => None,
+                Ok(None) => Some(None),
                 Err(e) => {
                     let name = &self.map.files[file];
                     let text = format!("{name}: {e}; analyzed up to there");
-                    self.say(true, text);
-                    None
+                    if let Ok(mut m) = self.messages.lock() {
+                        m.push((true, text));
+                    }
+                    Some(None)
                 }
+            };
+            let at = reader.position();
+            self.read_bytes += at.saturating_sub(point.read_to);
+            point.read_to = at;
+            // None: secrets were placed, the point's next packet is still to be read.
+            let Some(next) = next else {
+                continue;
             };
             match next {
                 Some(pk) => {
@@ -302,141 +349,115 @@ impl MergedCapture {
                     return;
                 }
                 None => {
-                    if let Some((_, r)) = self.points[p].reader.take()
-                        && let Some(at) = r.truncated_at()
-                    {
-                        let name = &self.map.files[file];
-                        let text = format!(
-                            "{name}: offset {at}: last record cut short; analyzed up to the \
-                             last whole packet"
-                        );
-                        self.say(true, text);
+                    if let Some((_, r)) = self.points[p].reader.take() {
+                        self.skipped += r.skipped_records();
+                        if let Some(at) = r.truncated_at() {
+                            let name = &self.map.files[file];
+                            let text = format!(
+                                "{name}: offset {at}: last record cut short; analyzed up to \
+                                 the last whole packet"
+                            );
+                            self.say(true, text);
+                        }
                     }
                 }
             }
         }
     }
 
-    fn write_block(&mut self, kind: u32, body: &[u8]) {
-        self.write_block_of(kind, body, &[]);
-    }
-
-    /// Writes a block whose body is `head` then `data`.
-    fn write_block_of(&mut self, kind: u32, head: &[u8], data: &[u8]) {
-        let body = head.len() + data.len();
-        let pad = (4 - body % 4) % 4;
-        let len = (12 + body + pad) as u32;
-        self.out.extend_from_slice(&kind.to_le_bytes());
-        self.out.extend_from_slice(&len.to_le_bytes());
-        self.out.extend_from_slice(head);
-        self.out.extend_from_slice(data);
-        self.out.extend_from_slice(&[0; 3][..pad]);
-        self.out.extend_from_slice(&len.to_le_bytes());
-    }
-
-    fn write_secrets(&mut self, text: &[u8]) {
-        self.start();
-        let mut body = Vec::with_capacity(8 + text.len());
-        body.extend_from_slice(&0x544c_534bu32.to_le_bytes());
-        body.extend_from_slice(&(text.len() as u32).to_le_bytes());
-        body.extend_from_slice(text);
-        self.write_block(0x0000_000A, &body);
-    }
-
-    fn start(&mut self) {
-        if self.started {
-            return;
-        }
-        self.started = true;
-        let mut shb = Vec::new();
-        shb.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
-        shb.extend_from_slice(&1u16.to_le_bytes());
-        shb.extend_from_slice(&0u16.to_le_bytes());
-        shb.extend_from_slice(&[0xff; 8]);
-        self.write_block(0x0A0D_0D0A, &shb);
-    }
-
-    fn interface(&mut self, linktype: u32) -> u32 {
-        if let Some(i) = self.interfaces.iter().position(|&l| l == linktype) {
-            return i as u32;
-        }
-        let mut idb = Vec::new();
-        idb.extend_from_slice(&(linktype as u16).to_le_bytes());
-        idb.extend_from_slice(&0u16.to_le_bytes());
-        idb.extend_from_slice(&0u32.to_le_bytes());
-        // if_tsresol: nanoseconds, then the end of options.
-        idb.extend_from_slice(&9u16.to_le_bytes());
-        idb.extend_from_slice(&1u16.to_le_bytes());
-        idb.extend_from_slice(&[9, 0, 0, 0]);
-        idb.extend_from_slice(&[0, 0, 0, 0]);
-        self.write_block(0x0000_0001, &idb);
-        self.interfaces.push(linktype);
-        (self.interfaces.len() - 1) as u32
-    }
-
-    /// Writes the earliest pending packet; false when every point is done.
-    fn next_packet(&mut self) -> bool {
+    /// Places the next packets in time order (ties: the point named first), with the secrets
+    /// read on the way, and enters their frames in the map.
+    fn place(&mut self) {
         if !self.started {
-            self.start();
+            self.started = true;
             for p in 0..self.points.len() {
                 self.advance(p);
             }
         }
-        let Some(p) = (0..self.points.len())
-            .filter(|&p| self.points[p].pending.is_some())
-            .min_by_key(|&p| self.points[p].pending.as_ref().map(|x| (x.time_ns, p)))
-        else {
-            return false;
-        };
-        let Some(pk) = self.points[p].pending.take() else {
-            return false;
-        };
-        // Within a point, files follow one another: one that begins before the previous
-        // one ends is said, once per file.
-        match self.points[p].last {
-            Some((file, end)) if file != pk.file && pk.time_ns < end => {
-                let (a, b) = (&self.map.files[file], &self.map.files[pk.file]);
-                let text = format!(
-                    "{b}: its first packet is older than the last one of {a}: the files \
-                     overlap in time or the clock went back; read one after the other"
-                );
-                self.say(false, text);
+        let mut bytes = 0;
+        while self.placed.len() < PLACED_PACKETS && bytes < PLACED_BYTES {
+            let Some(p) = (0..self.points.len())
+                .filter(|&p| self.points[p].pending.is_some())
+                .min_by_key(|&p| self.points[p].pending.as_ref().map(|x| (x.time_ns, p)))
+            else {
+                break;
+            };
+            let Some(mut pk) = self.points[p].pending.take() else {
+                break;
+            };
+            // Within a point, files follow one another: one that begins before the previous
+            // one ends is said, once per file.
+            match self.points[p].last {
+                Some((file, end)) if file != pk.file && pk.time_ns < end => {
+                    let (a, b) = (&self.map.files[file], &self.map.files[pk.file]);
+                    let text = format!(
+                        "{b}: its first packet is older than the last one of {a}: the files \
+                         overlap in time or the clock went back; read one after the other"
+                    );
+                    self.say(false, text);
+                }
+                _ => {}
             }
-            _ => {}
+            self.points[p].last = Some((pk.file, pk.time_ns));
+            self.frames += 1;
+            pk.frame = self.frames;
+            self.entries.extend_from_slice(&entry(pk.file, pk.local));
+            bytes += pk.data.len();
+            self.placed.push_back(Placed::Packet(pk));
+            self.advance(p);
         }
-        self.points[p].last = Some((pk.file, pk.time_ns));
-        let iface = self.interface(pk.linktype);
-        let ts = pk.time_ns.max(0) as u64;
-        let mut head = [0u8; 20];
-        head[..4].copy_from_slice(&iface.to_le_bytes());
-        head[4..8].copy_from_slice(&((ts >> 32) as u32).to_le_bytes());
-        head[8..12].copy_from_slice(&(ts as u32).to_le_bytes());
-        head[12..16].copy_from_slice(&(pk.data.len() as u32).to_le_bytes());
-        head[16..].copy_from_slice(&pk.orig_len.to_le_bytes());
-        self.write_block_of(0x0000_0006, &head, &pk.data);
-        self.entries.extend_from_slice(&entry(pk.file, pk.local));
-        self.points[p].spare = pk.data;
-        self.advance(p);
-        true
-    }
-}
-
-impl Read for MergedCapture {
-    /// Fills `buf` with as many packets as it takes, their frames entered in the map together
-    /// before any of their bytes is handed out (a frame is cited only after it was read).
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        // What was handed out goes; what was not stays in front.
-        self.out.drain(..self.at);
-        self.at = 0;
-        while self.out.len() - self.at < buf.len() && self.next_packet() {}
         if !self.entries.is_empty() {
             self.map.extend(&self.entries);
             self.entries.clear();
         }
-        let n = buf.len().min(self.out.len() - self.at);
-        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
+    }
+
+    /// Keeps an emptied packet buffer to be filled again, within [`KEPT_BUFFER_BYTES`].
+    fn keep(&mut self, data: Vec<u8>) {
+        if self.free_bytes + data.capacity() <= KEPT_BUFFER_BYTES {
+            self.free_bytes += data.capacity();
+            self.free.push(data);
+        }
+    }
+}
+
+impl Records for MergedCapture {
+    /// The merged capture's next record. Its packets carry their merged frame numbers and
+    /// times no earlier than the epoch (as a pcapng file's unsigned times read back).
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        if let Some(Placed::Packet(pk)) = self.out.take() {
+            self.keep(pk.data);
+        }
+        if self.placed.is_empty() {
+            self.place();
+        }
+        self.out = self.placed.pop_front();
+        Ok(match &self.out {
+            Some(Placed::Packet(pk)) => Some(Record::Packet(Packet {
+                frame: pk.frame,
+                time_ns: pk.time_ns.max(0),
+                linktype: pk.linktype,
+                data: &pk.data,
+                orig_len: pk.orig_len,
+                offset: 0,
+            })),
+            Some(Placed::Secrets(text)) => Some(Record::TlsKeyLog(text)),
+            None => None,
+        })
+    }
+
+    /// Bytes read of the points' files (decompressed), including the packets placed ahead.
+    fn position(&self) -> u64 {
+        self.read_bytes
+    }
+
+    /// A file cut short is said in the messages, naming it.
+    fn truncated_at(&self) -> Option<u64> {
+        None
+    }
+
+    fn skipped_records(&self) -> u64 {
+        self.skipped
     }
 }
 
@@ -471,16 +492,84 @@ mod tests {
         out
     }
 
-    fn read_all(mut r: impl Read, piece: usize) -> Vec<u8> {
+    /// A pcapng file: one interface of `linktype` in nanoseconds; then, in order, packets
+    /// (`Some(time s)`, text) and key logs (`None`, text); a packet whose time is `u64::MAX`
+    /// names an interface that does not exist.
+    fn pcapng(linktype: u16, records: &[(Option<u64>, &[u8])]) -> Vec<u8> {
+        fn block(out: &mut Vec<u8>, kind: u32, body: &[u8]) {
+            let pad = (4 - body.len() % 4) % 4;
+            let len = (12 + body.len() + pad) as u32;
+            out.extend_from_slice(&kind.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(body);
+            out.extend_from_slice(&[0; 3][..pad]);
+            out.extend_from_slice(&len.to_le_bytes());
+        }
         let mut out = Vec::new();
-        let mut buf = vec![0; piece];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) => return out,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-                Err(e) => panic!("{e}"),
+        let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+        shb.extend_from_slice(&[1, 0, 0, 0]);
+        shb.extend_from_slice(&[0xff; 8]);
+        block(&mut out, 0x0A0D_0D0A, &shb);
+        let mut idb = linktype.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        idb.extend_from_slice(&[9, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+        block(&mut out, 1, &idb);
+        for (time, data) in records {
+            let mut b = Vec::new();
+            match time {
+                Some(t) => {
+                    let (iface, ns) = match *t {
+                        u64::MAX => (5u32, 0),
+                        t => (0, t * 1_000_000_000),
+                    };
+                    b.extend_from_slice(&iface.to_le_bytes());
+                    b.extend_from_slice(&((ns >> 32) as u32).to_le_bytes());
+                    b.extend_from_slice(&(ns as u32).to_le_bytes());
+                    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                    b.extend_from_slice(&(data.len() as u32 + 1).to_le_bytes());
+                    b.extend_from_slice(data);
+                    block(&mut out, 6, &b);
+                }
+                None => {
+                    b.extend_from_slice(&0x544c_534bu32.to_le_bytes());
+                    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                    b.extend_from_slice(data);
+                    block(&mut out, 0x0000_000A, &b);
+                }
             }
         }
+        out
+    }
+
+    /// A record of the merged capture as the tests see it: a packet's time in seconds, link
+    /// type, length on the wire, text, merged frame, and the file and frame the map names
+    /// for it when it is handed out; or a key log's text.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Packet(i64, u32, u32, String, u64, String, u64),
+        Keys(String),
+    }
+
+    fn records(m: &mut MergedCapture, map: &FrameMap) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        while let Some(r) = m.next_record().unwrap() {
+            seen.push(match r {
+                Record::Packet(p) => {
+                    let (file, local) = map.locate(p.frame).expect("entered before handed out");
+                    Seen::Packet(
+                        p.time_ns / 1_000_000_000,
+                        p.linktype,
+                        p.orig_len,
+                        String::from_utf8_lossy(p.data).into_owned(),
+                        p.frame,
+                        crate::input::set::file_name(std::path::Path::new(file)),
+                        local,
+                    )
+                }
+                Record::TlsKeyLog(text) => Seen::Keys(String::from_utf8_lossy(text).into_owned()),
+            });
+        }
+        seen
     }
 
     #[test]
@@ -493,27 +582,9 @@ mod tests {
         std::fs::write(&b, pcap(101, &[(2, b"b1"), (3, b"b2"), (4, b"b3")])).unwrap();
         std::fs::write(&bad, b"not a capture at all").unwrap();
         let points = vec![vec![a.clone()], vec![bad.clone(), b.clone()]];
-        let (merged, map, messages) = MergedCapture::new(&points, 1 << 20);
-        let whole = read_all(merged, 1 << 16);
-        // Byte by byte and in odd pieces: the same stream.
-        for piece in [1, 7, 333] {
-            let (m, _, _) = MergedCapture::new(&points, 1 << 20);
-            assert_eq!(read_all(m, piece), whole, "pieces of {piece}");
-        }
-        let mut r = CaptureReader::open(&whole[..], 1 << 20).unwrap();
-        let mut seen = Vec::new();
-        while let Some(p) = r.next_packet().unwrap() {
-            let (file, local) = map.locate(p.frame).unwrap();
-            seen.push((
-                p.time_ns / 1_000_000_000,
-                p.linktype,
-                p.orig_len,
-                String::from_utf8_lossy(p.data).into_owned(),
-                crate::input::set::file_name(std::path::Path::new(file)),
-                local,
-            ));
-        }
-        let want: Vec<(i64, u32, u32, String, String, u64)> = [
+        let (mut merged, map, messages) = MergedCapture::new(&points, 1 << 20);
+        let seen = records(&mut merged, &map);
+        let want: Vec<Seen> = [
             (1, 1, "a1", "a.pcap", 1),
             (2, 101, "b1", "b.pcap", 1),
             // A tie goes to the point named first.
@@ -523,14 +594,101 @@ mod tests {
             (5, 1, "a3", "a.pcap", 3),
         ]
         .into_iter()
-        .map(|(t, l, d, f, n)| (t, l, 3, d.to_string(), f.to_string(), n))
+        .zip(1..)
+        .map(|((t, l, d, f, n), frame)| {
+            Seen::Packet(t, l, 3, d.to_string(), frame, f.to_string(), n)
+        })
         .collect();
         assert_eq!(seen, want);
         assert_eq!(map.locate(0), None);
         assert_eq!(map.locate(7), None);
+        // Every byte of the files that were read, as the progress display counts them.
+        let read = std::fs::metadata(&a).unwrap().len() + std::fs::metadata(&b).unwrap().len();
+        assert_eq!(merged.position(), read);
+        assert_eq!((merged.truncated_at(), merged.skipped_records()), (None, 0));
         let messages = messages.lock().unwrap().clone();
         assert_eq!(messages.len(), 1, "{messages:?}");
         assert!(messages[0].0 && messages[0].1.contains("bad.pcap: not a pcap"));
+    }
+
+    /// A point's key logs come where its file has them: after the packet before them, before
+    /// any packet read after them. A record that names no interface still counts as a frame
+    /// of its file, and is counted as skipped.
+    #[test]
+    fn key_logs_come_in_place_and_skipped_records_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.pcapng");
+        let b = dir.path().join("b.pcap");
+        let records_a: [(Option<u64>, &[u8]); 5] = [
+            (None, b"k0"),
+            (Some(1), b"a1"),
+            (None, b"k1"),
+            (Some(u64::MAX), b"lost"),
+            (Some(4), b"a4"),
+        ];
+        std::fs::write(&a, pcapng(1, &records_a)).unwrap();
+        std::fs::write(&b, pcap(1, &[(2, b"b2"), (3, b"b3")])).unwrap();
+        let (mut merged, map, messages) = MergedCapture::new(&[vec![a], vec![b]], 1 << 20);
+        let seen = records(&mut merged, &map);
+        let packet = |t, d: &str, frame, f: &str, n| {
+            Seen::Packet(t, 1, 3, d.to_string(), frame, f.to_string(), n)
+        };
+        let want = vec![
+            Seen::Keys("k0".into()),
+            packet(1, "a1", 1, "a.pcapng", 1),
+            Seen::Keys("k1".into()),
+            packet(2, "b2", 2, "b.pcap", 1),
+            packet(3, "b3", 3, "b.pcap", 2),
+            packet(4, "a4", 4, "a.pcapng", 3),
+        ];
+        assert_eq!(seen, want);
+        assert_eq!(merged.skipped_records(), 1);
+        assert!(messages.lock().unwrap().is_empty());
+    }
+
+    /// Thousands of packets from three points, placed in many batches with their buffers
+    /// used again: each comes once, in time order, with its own bytes and its file's frame.
+    #[test]
+    fn many_packets_keep_their_bytes_and_frames_across_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut points = Vec::new();
+        let mut want = Vec::new();
+        for p in 0..3u32 {
+            let path = dir.path().join(format!("p{p}.pcap"));
+            let texts: Vec<(u32, Vec<u8>)> = (0..3000u32)
+                .map(|i| {
+                    let len = (i * 7 + p * 13) % 900 + 1;
+                    let text: Vec<u8> = format!("{p}:{i}:")
+                        .bytes()
+                        .chain(std::iter::repeat_n(b'x', len as usize))
+                        .collect();
+                    (i * 3 + p, text)
+                })
+                .collect();
+            let refs: Vec<(u32, &[u8])> = texts.iter().map(|(t, d)| (*t, &d[..])).collect();
+            std::fs::write(&path, pcap(1, &refs)).unwrap();
+            for (i, (t, d)) in texts.iter().enumerate() {
+                want.push((*t, String::from_utf8_lossy(d).into_owned(), p, i as u64 + 1));
+            }
+            points.push(vec![path]);
+        }
+        want.sort_by_key(|w| w.0);
+        let (mut merged, map, _) = MergedCapture::new(&points, 1 << 20);
+        let seen = records(&mut merged, &map);
+        assert_eq!(seen.len(), want.len());
+        for (i, (s, (t, d, p, n))) in seen.iter().zip(&want).enumerate() {
+            let w = Seen::Packet(
+                i64::from(*t),
+                1,
+                d.len() as u32 + 1,
+                d.clone(),
+                i as u64 + 1,
+                format!("p{p}.pcap"),
+                *n,
+            );
+            assert_eq!(s, &w, "record {i}");
+        }
+        assert!(merged.free_bytes <= KEPT_BUFFER_BYTES);
     }
 
     #[test]

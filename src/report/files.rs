@@ -2,7 +2,7 @@
 //! file, so that Wireshark opens the right file at the right frame.
 //!
 //! Input: frame numbers as the pipeline carries them (a set's: [`crate::record::member_frame`];
-//! a merged run's: its merged stream's), and how to name them ([`FrameNames`]), given for the
+//! a merged run's: its merged capture's), and how to name them ([`FrameNames`]), given for the
 //! writing of one record.
 //! Output: `(file, frame)` for the report; a lone file's frames have no file and stay as they
 //! are, so the report of one file is unchanged.
