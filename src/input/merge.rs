@@ -15,9 +15,9 @@
 //!   hole. Connections with other addresses or ports (each side of a proxy, a NAT) stay
 //!   distinct connections.
 //! - Memory: one read buffer and one pending packet per point, and the packets placed ahead
-//!   (at most 256, of 256 KiB together but for the last one). The frame map is 8 bytes per
-//!   packet in an unnamed temporary file, with the last 64 KiB in memory and 256 KiB of it
-//!   read back, in blocks, for the report's citations.
+//!   (at most 256, of 256 KiB together but for the last one). The frame map is about a byte
+//!   per packet in an unnamed temporary file (see [`FrameMap`]), with its last 8,192 frames in
+//!   memory and up to 1,024 chunks of 512 frames read back for the report's citations.
 //! - A file that cannot be read is an error naming it; the other files and points go on.
 
 use std::collections::VecDeque;
@@ -32,141 +32,249 @@ use crate::input::compressed::open_sniffed;
 pub type Messages = Arc<Mutex<Vec<(bool, String)>>>;
 
 /// Which file each frame of the merged capture came from, and its number there.
+///
+/// Frames are kept in chunks of [`CHUNK_FRAMES`]. A written chunk holds each frame's capture
+/// point (one byte while there are at most 256 points) and, as exceptions, the file and number
+/// of the frames that do not follow the point's frame before them in the chunk (its first one,
+/// a new file, a record skipped): a frame's number is its point's last exception plus the
+/// point's frames in between. A chunk of a fleet of a few points is some 530 bytes, an eighth
+/// of its frames' full entries (file and number, 8 bytes each), so the chunks read back for
+/// the report's citations cover eight times the frames and most lookups find theirs in memory.
 #[derive(Debug)]
 pub struct FrameMap {
     /// Every file of every point, in the order points and their files were given.
     pub files: Vec<String>,
+    /// The point of each file.
+    point_of: Vec<u32>,
+    /// Bytes of a point's number in a chunk: 1, 2 or 4.
+    width: usize,
     state: Mutex<MapState>,
 }
 
 #[derive(Debug, Default)]
 struct MapState {
-    /// Entries of frames `1..=flushed` live in `spill`; later ones in `tail`.
+    /// Chunks written, one after the other.
     spill: Option<std::fs::File>,
-    flushed: u64,
-    tail: Vec<u8>,
+    /// Where each written chunk begins in `spill`, and where the last one ends.
+    chunk_at: Vec<u64>,
+    /// Frames after the written chunks: their file and their number there.
+    tail: Vec<(u32, u32)>,
     /// The file could not be written: later frames are cited without their file.
     broken: bool,
-    /// Blocks of `spill` read back, at `block % CACHE_BLOCKS`: the report cites a few frames
-    /// near one another for each record, so most lookups find their block here.
-    cache: Vec<u8>,
-    /// What each cache slot holds: its block's number plus one (0: nothing), and how many of
-    /// its bytes were read (a block at the end of the file is read again once it has grown).
-    cached: Vec<(u64, usize)>,
+    /// Chunks read back (or just written), at `chunk % CACHE_CHUNKS`: the chunk's number plus
+    /// one (0: nothing) and its bytes.
+    cache: Vec<(u64, Vec<u8>)>,
+    /// Each point's last frame while a chunk is made: the chunk's number plus one, the file
+    /// and the frame's number there.
+    last: Vec<(u64, u32, u32)>,
 }
 
-/// Entries kept in memory before they go to the temporary file.
-const TAIL_ENTRIES: usize = 8192;
-/// One entry: the file's index (u32) and the frame's number in it (u32, saturated).
-const ENTRY: usize = 8;
-/// Bytes of the temporary file read back at once.
-const BLOCK_BYTES: usize = 4096;
-/// Blocks of the temporary file kept read back (256 KiB).
-const CACHE_BLOCKS: usize = 64;
+/// Frames of a chunk.
+const CHUNK_FRAMES: usize = 512;
+/// Frames kept in memory before their chunks are written.
+const TAIL_FRAMES: usize = 16 * CHUNK_FRAMES;
+/// One exception: the frame's place in its chunk (u16), its file (u32) and its number (u32).
+const EXCEPTION: usize = 10;
+/// Chunks kept read back: about 540 KiB for a fleet of up to 256 points.
+const CACHE_CHUNKS: usize = 1024;
 
 impl FrameMap {
-    fn new(files: Vec<String>) -> Self {
+    /// `point_of`: the capture point of each file of `files`.
+    fn new(files: Vec<String>, point_of: Vec<u32>) -> Self {
+        let points = point_of.iter().max().map_or(0, |&p| p as usize + 1);
+        let width = match points {
+            0..=256 => 1,
+            257..=65536 => 2,
+            _ => 4,
+        };
         FrameMap {
             files,
-            state: Mutex::new(MapState::default()),
+            point_of,
+            width,
+            state: Mutex::new(MapState {
+                chunk_at: vec![0],
+                ..MapState::default()
+            }),
         }
     }
 
-    /// Appends the entries of the next frames (as [`entry`] makes them), under one lock.
-    fn extend(&self, entries: &[u8]) {
+    /// Appends the entries of the next frames (file, number there), under one lock.
+    fn extend(&self, entries: &[(u32, u32)]) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
         s.tail.extend_from_slice(entries);
-        if s.tail.len() >= TAIL_ENTRIES * ENTRY {
-            s.flush();
+        if s.tail.len() >= TAIL_FRAMES {
+            self.write_chunks(&mut s);
         }
     }
 
     #[cfg(test)]
     fn push(&self, file: usize, local: u64) {
-        self.extend(&entry(file, local));
+        self.extend(&[entry(file, local)]);
     }
 
     /// The file (its name) and number there of frame `frame` (1-based) of the merged capture.
     pub fn locate(&self, frame: u64) -> Option<(&str, u64)> {
         let mut s = self.state.lock().ok()?;
         let i = frame.checked_sub(1)?;
-        let e = if i >= s.flushed {
-            let at = usize::try_from(i - s.flushed).ok()? * ENTRY;
-            <[u8; ENTRY]>::try_from(s.tail.get(at..at + ENTRY)?).ok()?
+        let chunks = s.chunk_at.len() as u64 - 1;
+        let written = chunks * CHUNK_FRAMES as u64;
+        let (file, local) = if i >= written {
+            *s.tail.get(usize::try_from(i - written).ok()?)?
         } else {
-            s.spilled(i)?
+            let chunk = i / CHUNK_FRAMES as u64;
+            let at = (i % CHUNK_FRAMES as u64) as usize;
+            let bytes = s.chunk(chunk)?;
+            self.find(bytes, at)?
         };
-        let file = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize;
-        let local = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
-        Some((self.files.get(file)?.as_str(), u64::from(local)))
+        Some((self.files.get(file as usize)?.as_str(), u64::from(local)))
     }
-}
 
-/// The map's entry of a frame: the file's index, then the frame's number there.
-fn entry(file: usize, local: u64) -> [u8; ENTRY] {
-    let mut e = [0u8; ENTRY];
-    e[..4].copy_from_slice(&u32::try_from(file).unwrap_or(u32::MAX).to_le_bytes());
-    e[4..].copy_from_slice(&u32::try_from(local).unwrap_or(u32::MAX).to_le_bytes());
-    e
-}
+    /// The point of the frame at place `at` of a chunk's points.
+    fn point(&self, points: &[u8], at: usize) -> Option<u32> {
+        let b = points.get(at * self.width..(at + 1) * self.width)?;
+        Some(match *b {
+            [a] => u32::from(a),
+            [a, b] => u32::from(u16::from_le_bytes([a, b])),
+            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+            _ => return None,
+        })
+    }
 
-impl MapState {
-    fn flush(&mut self) {
-        if self.broken {
+    /// The file and number of the frame at place `at` of a written chunk.
+    fn find(&self, chunk: &[u8], at: usize) -> Option<(u32, u32)> {
+        let n = usize::from(u16::from_le_bytes(chunk.get(..2)?.try_into().ok()?));
+        let exceptions = chunk.get(2..2 + n * EXCEPTION)?;
+        let points = chunk.get(2 + n * EXCEPTION..)?;
+        let p = self.point(points, at)?;
+        let place = |e: &[u8]| usize::from(u16::from_le_bytes([e[0], e[1]]));
+        // The point's last exception at or before `at`: the first frame of the point in the
+        // chunk is always one.
+        let before = exceptions
+            .chunks_exact(EXCEPTION)
+            .take_while(|e| place(e) <= at)
+            .filter(|e| self.point(points, place(e)) == Some(p))
+            .last()?;
+        let from = place(before);
+        let file = u32::from_le_bytes(before[2..6].try_into().ok()?);
+        let local = u32::from_le_bytes(before[6..10].try_into().ok()?);
+        let between = match self.width {
+            1 => points
+                .get(from + 1..=at)?
+                .iter()
+                .filter(|&&b| u32::from(b) == p)
+                .count(),
+            _ => (from + 1..=at)
+                .filter(|&k| self.point(points, k) == Some(p))
+                .count(),
+        };
+        Some((file, local.saturating_add(between as u32)))
+    }
+
+    /// Writes the tail's whole chunks to the temporary file (made on the first call), keeping
+    /// the rest of the tail; each chunk written is also kept in the cache.
+    fn write_chunks(&self, s: &mut MapState) {
+        if s.broken {
             return;
         }
-        if self.spill.is_none() {
+        if s.spill.is_none() {
             match tempfile::tempfile() {
-                Ok(f) => self.spill = Some(f),
+                Ok(f) => s.spill = Some(f),
                 Err(_) => {
-                    self.broken = true;
+                    s.broken = true;
                     return;
                 }
             }
         }
-        let n = (self.tail.len() / ENTRY) as u64;
-        match self.spill.as_mut().map(|f| f.write_all(&self.tail)) {
+        let whole = s.tail.len() / CHUNK_FRAMES * CHUNK_FRAMES;
+        let mut out = Vec::new();
+        let mut made = Vec::new();
+        for frames in s.tail[..whole].chunks_exact(CHUNK_FRAMES) {
+            let chunk = s.chunk_at.len() as u64 - 1 + made.len() as u64;
+            let start = out.len();
+            self.encode(chunk, frames, &mut s.last, &mut out);
+            made.push((chunk, start..out.len()));
+        }
+        match s.spill.as_mut().map(|f| f.write_all(&out)) {
             Some(Ok(())) => {
-                self.flushed += n;
-                self.tail.clear();
+                let base = *s.chunk_at.last().unwrap_or(&0);
+                for (chunk, range) in made {
+                    s.chunk_at.push(base + range.end as u64);
+                    if s.cache.is_empty() {
+                        s.cache = vec![(0, Vec::new()); CACHE_CHUNKS];
+                    }
+                    let slot = &mut s.cache[(chunk % CACHE_CHUNKS as u64) as usize];
+                    slot.0 = chunk + 1;
+                    slot.1.clear();
+                    slot.1.extend_from_slice(&out[range]);
+                }
+                s.tail.drain(..whole);
             }
-            _ => self.broken = true,
+            _ => s.broken = true,
         }
     }
 
-    /// Entry `i` (0-based), which is in the temporary file: from the cache, or read back
-    /// with its block.
-    fn spilled(&mut self, i: u64) -> Option<[u8; ENTRY]> {
-        use std::os::unix::fs::FileExt;
-        let at = i.checked_mul(ENTRY as u64)?;
-        let block = at / BLOCK_BYTES as u64;
-        let within = (at % BLOCK_BYTES as u64) as usize;
-        let slot = (block % CACHE_BLOCKS as u64) as usize;
-        if self.cached.is_empty() {
-            self.cache = vec![0; CACHE_BLOCKS * BLOCK_BYTES];
-            self.cached = vec![(0, 0); CACHE_BLOCKS];
-        }
-        let (tag, len) = *self.cached.get(slot)?;
-        if tag != block + 1 || len < within + ENTRY {
-            let start = block * BLOCK_BYTES as u64;
-            let end = self.flushed.checked_mul(ENTRY as u64)?;
-            let len = usize::try_from(end.checked_sub(start)?)
-                .ok()?
-                .min(BLOCK_BYTES);
-            let f = self.spill.as_ref()?;
-            let to = self
-                .cache
-                .get_mut(slot * BLOCK_BYTES..slot * BLOCK_BYTES + len)?;
-            if f.read_exact_at(to, start).is_err() {
-                self.cached[slot] = (0, 0);
-                return None;
+    /// Appends chunk number `chunk` of `frames` to `out`: the count of exceptions, the
+    /// exceptions, then each frame's point.
+    fn encode(
+        &self,
+        chunk: u64,
+        frames: &[(u32, u32)],
+        last: &mut Vec<(u64, u32, u32)>,
+        out: &mut Vec<u8>,
+    ) {
+        let mut exceptions = Vec::new();
+        let mut points = Vec::with_capacity(frames.len() * self.width);
+        for (at, &(file, local)) in frames.iter().enumerate() {
+            let p = self.point_of.get(file as usize).copied().unwrap_or(0);
+            let pi = p as usize;
+            if last.len() <= pi {
+                last.resize(pi + 1, (0, 0, 0));
             }
-            self.cached[slot] = (block + 1, len);
+            let follows = last[pi] == (chunk + 1, file, local.wrapping_sub(1)) && local != 0;
+            if !follows {
+                exceptions.extend_from_slice(&(at as u16).to_le_bytes());
+                exceptions.extend_from_slice(&file.to_le_bytes());
+                exceptions.extend_from_slice(&local.to_le_bytes());
+            }
+            last[pi] = (chunk + 1, file, local);
+            points.extend_from_slice(&p.to_le_bytes()[..self.width]);
         }
-        let from = slot * BLOCK_BYTES + within;
-        <[u8; ENTRY]>::try_from(self.cache.get(from..from + ENTRY)?).ok()
+        let n = (exceptions.len() / EXCEPTION) as u16;
+        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(&exceptions);
+        out.extend_from_slice(&points);
+    }
+}
+
+/// The map's entry of a frame: the file's index, then the frame's number there (saturated).
+fn entry(file: usize, local: u64) -> (u32, u32) {
+    (
+        u32::try_from(file).unwrap_or(u32::MAX),
+        u32::try_from(local).unwrap_or(u32::MAX),
+    )
+}
+
+impl MapState {
+    /// The bytes of written chunk `chunk`: from the cache, or read back into it.
+    fn chunk(&mut self, chunk: u64) -> Option<&[u8]> {
+        use std::os::unix::fs::FileExt;
+        let start = *self.chunk_at.get(usize::try_from(chunk).ok()?)?;
+        let end = *self.chunk_at.get(usize::try_from(chunk).ok()? + 1)?;
+        if self.cache.is_empty() {
+            self.cache = vec![(0, Vec::new()); CACHE_CHUNKS];
+        }
+        let slot = (chunk % CACHE_CHUNKS as u64) as usize;
+        let f = self.spill.as_ref()?;
+        let (tag, bytes) = self.cache.get_mut(slot)?;
+        if *tag != chunk + 1 {
+            *tag = 0;
+            bytes.resize(usize::try_from(end - start).ok()?, 0);
+            f.read_exact_at(bytes, start).ok()?;
+            *tag = chunk + 1;
+        }
+        Some(bytes)
     }
 }
 
@@ -224,7 +332,7 @@ pub struct MergedCapture {
     /// Frames placed so far.
     frames: u64,
     /// Map entries of frames placed and not yet entered.
-    entries: Vec<u8>,
+    entries: Vec<(u32, u32)>,
     /// Bytes read of every point's files.
     read_bytes: u64,
     /// Records the points' files passed over without being packets.
@@ -236,12 +344,14 @@ impl MergedCapture {
     /// `points`: each point's files in reading order.
     pub fn new(points: &[Vec<PathBuf>], max_block: usize) -> (Self, Arc<FrameMap>, Messages) {
         let mut names = Vec::new();
+        let mut point_of = Vec::new();
         let mut ps = Vec::new();
         for files in points {
             let mut fs = Vec::new();
             for f in files {
                 fs.push((names.len(), f.clone()));
                 names.push(f.display().to_string());
+                point_of.push(u32::try_from(ps.len()).unwrap_or(u32::MAX));
             }
             ps.push(Point {
                 files: fs,
@@ -252,7 +362,7 @@ impl MergedCapture {
                 last: None,
             });
         }
-        let map = Arc::new(FrameMap::new(names));
+        let map = Arc::new(FrameMap::new(names, point_of));
         let messages: Messages = Arc::default();
         let m = MergedCapture {
             points: ps,
@@ -401,7 +511,7 @@ impl MergedCapture {
             self.points[p].last = Some((pk.file, pk.time_ns));
             self.frames += 1;
             pk.frame = self.frames;
-            self.entries.extend_from_slice(&entry(pk.file, pk.local));
+            self.entries.push(entry(pk.file, pk.local));
             bytes += pk.data.len();
             self.placed.push_back(Placed::Packet(pk));
             self.advance(p);
@@ -693,12 +803,12 @@ mod tests {
 
     #[test]
     fn the_frame_map_spills_and_reads_back() {
-        let map = FrameMap::new(vec!["x".into(), "y".into()]);
-        let n = TAIL_ENTRIES as u64 * 3 + 17;
+        let map = FrameMap::new(vec!["x".into(), "y".into()], vec![0, 1]);
+        let n = TAIL_FRAMES as u64 * 3 + 17;
         for i in 0..n {
             map.push((i % 2) as usize, i * 3 + 1);
         }
-        for frame in [1, 2, TAIL_ENTRIES as u64, TAIL_ENTRIES as u64 + 1, n - 1, n] {
+        for frame in [1, 2, TAIL_FRAMES as u64, TAIL_FRAMES as u64 + 1, n - 1, n] {
             let i = frame - 1;
             let want = (if i % 2 == 0 { "x" } else { "y" }, i * 3 + 1);
             assert_eq!(map.locate(frame), Some(want), "frame {frame}");
@@ -706,47 +816,69 @@ mod tests {
         assert_eq!(map.locate(n + 1), None);
     }
 
-    /// Entries come in batches of any size, so the file can end within a block that was read
-    /// back; lookups in any order, over more blocks than the cache holds, and of a block read
-    /// back before the file grew past it, all find what was entered.
+    /// Frames as fleets make them (each point's files one after the other, their numbers
+    /// following one another but where a record was skipped, a number past `u32::MAX`
+    /// saturated), from 3 points and from 300 (two bytes a point), entered in batches of any
+    /// size and looked up in any order, over more chunks than the cache holds: every lookup
+    /// finds what was entered.
     #[test]
-    fn the_frame_map_reads_back_through_its_cache_whatever_the_order() {
-        let names: Vec<String> = (0..7).map(|i| format!("f{i}")).collect();
-        let map = FrameMap::new(names.clone());
-        let want = |i: u64| {
-            (
-                names[(i % 7) as usize].as_str(),
-                i.wrapping_mul(2_654_435_761) >> 40,
-            )
-        };
-        let mut rng = 0x853c_49e6_748f_ea9bu64;
-        let mut next = move || crate::testing::xorshift(&mut rng);
-        let mut entered = 0u64;
-        let total = (CACHE_BLOCKS * BLOCK_BYTES / ENTRY) as u64 * 3;
-        let mut spilled_lookups = 0;
-        while entered < total {
-            let batch = 1 + next() % 700;
-            let mut entries = Vec::new();
-            for i in entered..entered + batch {
-                let (file, local) = want(i);
-                let file = names.iter().position(|n| n == file).unwrap();
-                entries.extend_from_slice(&entry(file, local));
+    fn the_frame_map_finds_every_frame_whatever_the_points_and_the_order() {
+        for (points, files_each, seed) in [(3usize, 2usize, 1u64), (1, 3, 2), (300, 1, 3)] {
+            let mut rng = 0x853c_49e6_748f_ea9bu64 ^ seed;
+            let mut next = move || crate::testing::xorshift(&mut rng);
+            let mut names = Vec::new();
+            let mut point_of = Vec::new();
+            for p in 0..points {
+                for f in 0..files_each {
+                    names.push(format!("p{p}f{f}"));
+                    point_of.push(p as u32);
+                }
             }
-            map.extend(&entries);
-            entered += batch;
-            // The newest spilled entries (the last block, maybe cut), then some anywhere.
-            let flushed = map.state.lock().unwrap().flushed;
-            let mut frames: Vec<u64> = (0..4).map(|k| flushed.saturating_sub(k)).collect();
-            frames.extend((0..8).map(|_| 1 + next() % entered));
-            for frame in frames.into_iter().filter(|&f| f >= 1) {
-                spilled_lookups += u64::from(frame <= flushed);
-                assert_eq!(map.locate(frame), Some(want(frame - 1)), "frame {frame}");
+            let map = FrameMap::new(names.clone(), point_of);
+            // Each point's file and the number of its last frame there.
+            let mut at: Vec<(usize, u64)> = (0..points).map(|p| (p * files_each, 0)).collect();
+            let mut want: Vec<(usize, u64)> = Vec::new();
+            let total = CACHE_CHUNKS * CHUNK_FRAMES * 2 + 333;
+            while want.len() < total {
+                let batch = 1 + (next() % 900) as usize;
+                let mut entries = Vec::new();
+                for _ in 0..batch {
+                    // A few points at a time take turns, as a capture's busy hosts do.
+                    let p = ((next() % 4) as usize + want.len() / 5000) % points;
+                    let (file, local) = &mut at[p];
+                    match next() % 1000 {
+                        0 if *file + 1 < (p + 1) * files_each => (*file, *local) = (*file + 1, 0),
+                        1 => *local += 2,
+                        2 => *local = u64::from(u32::MAX) - 1,
+                        _ => {}
+                    }
+                    *local += 1;
+                    let e = entry(*file, *local);
+                    entries.push(e);
+                    want.push((e.0 as usize, u64::from(e.1)));
+                }
+                map.extend(&entries);
+                for _ in 0..8 {
+                    let frame = 1 + next() % want.len() as u64;
+                    let (f, l) = want[frame as usize - 1];
+                    assert_eq!(
+                        map.locate(frame),
+                        Some((names[f].as_str(), l)),
+                        "frame {frame}"
+                    );
+                }
             }
+            assert!(map.state.lock().unwrap().chunk_at.len() > CACHE_CHUNKS + 1);
+            for frame in (1..=want.len() as u64).rev().step_by(7) {
+                let (f, l) = want[frame as usize - 1];
+                assert_eq!(
+                    map.locate(frame),
+                    Some((names[f].as_str(), l)),
+                    "frame {frame}"
+                );
+            }
+            assert_eq!(map.locate(want.len() as u64 + 1), None);
+            assert_eq!(map.locate(0), None);
         }
-        assert!(spilled_lookups > 1000, "{spilled_lookups}");
-        for frame in (1..=entered).rev().step_by(97) {
-            assert_eq!(map.locate(frame), Some(want(frame - 1)), "frame {frame}");
-        }
-        assert_eq!(map.locate(entered + 1), None);
     }
 }
