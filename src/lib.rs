@@ -163,6 +163,23 @@ pub mod fuzzing {
         crate::facts::probes_agree(line)
     }
 
+    /// Capture files (each given with the capture point it belongs to, in order) merged as
+    /// `--fleet` merges them, against each file read alone: `Err` says where they differ (see
+    /// `input::merge::merged_as_alone`). The files are written to a temporary directory.
+    pub fn merge_agrees(files: &[(usize, &[u8])], max_block: usize) -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut points: Vec<Vec<std::path::PathBuf>> = Vec::new();
+        for (i, (point, bytes)) in files.iter().enumerate() {
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+            while points.len() <= *point {
+                points.push(Vec::new());
+            }
+            points[*point].push(path);
+        }
+        crate::input::merge::merged_as_alone(&points, max_block)
+    }
+
     /// The raw JSON of each whole entry of a HAR document.
     pub fn har_entries(doc: &[u8]) -> Vec<Vec<u8>> {
         crate::input::har::entries_of(doc)

@@ -1068,3 +1068,36 @@ pub fn facts(data: &[u8]) {
         "the reduce depends on how the facts are sorted and read"
     );
 }
+
+/// Byte 0 chooses how many capture files the rest is cut into (one to four) and, two bits a
+/// file from byte 1, the capture point of each (a point's files are read one after the other);
+/// bytes 2 and 3 choose where the cuts fall. The files are merged as `--fleet` merges them
+/// (`src/input/merge.rs`), with a block limit of 64 KiB. Checks that the merged records are
+/// what merging each point's records read alone gives by time (ties: the point named first,
+/// key logs where their point's file has them), each packet numbered in turn, its time no
+/// earlier than the epoch, and found in the frame map, with its file and number there, when
+/// it is handed out; and that the records the files skipped are counted.
+pub fn merge(data: &[u8]) {
+    let [count, owners, a, b, rest @ ..] = data else {
+        return;
+    };
+    let files = 1 + usize::from(*count % 4);
+    let mut cuts = vec![
+        0,
+        usize::from(*a) * rest.len() / 255,
+        usize::from(*b) * rest.len() / 255,
+        (usize::from(*a) + usize::from(*b)) / 2 * rest.len() / 255,
+    ];
+    cuts.truncate(files);
+    cuts.sort_unstable();
+    cuts.push(rest.len());
+    let parts: Vec<(usize, &[u8])> = (0..files)
+        .map(|i| {
+            let point = usize::from(owners >> (2 * i) & 3).min(i);
+            (point, &rest[cuts[i]..cuts[i + 1]])
+        })
+        .collect();
+    if let Err(e) = mcp_resume_audit::fuzzing::merge_agrees(&parts, 64 << 10) {
+        panic!("the merged capture differs from its files read alone: {e}");
+    }
+}

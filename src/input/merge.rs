@@ -581,6 +581,117 @@ fn open(path: &std::path::Path, max_block: usize) -> Result<CaptureReader<Box<dy
     CaptureReader::open(src, max_block).map_err(|e| e.to_string())
 }
 
+/// A record as the oracle compares them: a packet's time (as read, before the merge clamps
+/// it), link type, length on the wire, bytes, file and frame number there; or a key log.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Packet(i64, u32, u32, Vec<u8>, usize, u64),
+    Keys(Vec<u8>),
+}
+
+/// Checks the merged capture of `points` against its files read alone: the merged records
+/// must be what merging the points' records by time (ties: the point named first) gives, a
+/// point's files read one after the other and each key log placed as its packet before it
+/// is; each packet must carry the next merged frame number, its time no earlier than the
+/// epoch, and its file and number there in the frame map when it is handed out; and the
+/// records the files skipped must be counted. `Err` says where they differ.
+pub(crate) fn merged_as_alone(points: &[Vec<PathBuf>], max_block: usize) -> Result<(), String> {
+    // Each point's records read alone, file after file, with each file's index.
+    let mut alone: Vec<std::collections::VecDeque<Seen>> = Vec::new();
+    let mut skipped = 0;
+    let mut file = 0;
+    for files in points {
+        let mut records = std::collections::VecDeque::new();
+        for path in files {
+            if let Ok(mut r) = open(path, max_block) {
+                while let Ok(Some(record)) = r.next_record() {
+                    records.push_back(match record {
+                        Record::Packet(p) => Seen::Packet(
+                            p.time_ns,
+                            p.linktype,
+                            p.orig_len,
+                            p.data.to_vec(),
+                            file,
+                            p.frame,
+                        ),
+                        Record::TlsKeyLog(text) => Seen::Keys(text.to_vec()),
+                    });
+                }
+                skipped += r.skipped_records();
+            }
+            file += 1;
+        }
+        alone.push(records);
+    }
+    // The merge, done the plain way: a point's key logs come as soon as they are at its
+    // head, before any packet is chosen.
+    let mut want = Vec::new();
+    loop {
+        for records in alone.iter_mut() {
+            while let Some(Seen::Keys(_)) = records.front() {
+                want.extend(records.pop_front());
+            }
+        }
+        let next = (0..alone.len())
+            .filter_map(|p| match alone[p].front() {
+                Some(Seen::Packet(t, ..)) => Some((*t, p)),
+                _ => None,
+            })
+            .min();
+        let Some((_, p)) = next else {
+            break;
+        };
+        want.extend(alone[p].pop_front());
+        // Key logs read after the packet, before the point's next one, come with it.
+        while let Some(Seen::Keys(_)) = alone[p].front() {
+            want.extend(alone[p].pop_front());
+        }
+    }
+    let (mut merged, map, _) = MergedCapture::new(points, max_block);
+    let mut frames = 0;
+    let mut got = Vec::new();
+    while let Some(record) = merged.next_record().map_err(|e| e.to_string())? {
+        got.push(match record {
+            Record::Packet(p) => {
+                frames += 1;
+                if p.frame != frames {
+                    return Err(format!("packet {frames} carries frame {}", p.frame));
+                }
+                let Some((name, local)) = map.locate(p.frame) else {
+                    return Err(format!("frame {frames} is not in the map when handed out"));
+                };
+                let file = map
+                    .files
+                    .iter()
+                    .position(|f| f == name)
+                    .unwrap_or(usize::MAX);
+                let Some(Seen::Packet(t, ..)) = want.get(got.len()) else {
+                    return Err(format!("frame {frames} is one packet too many"));
+                };
+                if p.time_ns != (*t).max(0) {
+                    return Err(format!("frame {frames}: time {} for {t}", p.time_ns));
+                }
+                Seen::Packet(*t, p.linktype, p.orig_len, p.data.to_vec(), file, local)
+            }
+            Record::TlsKeyLog(text) => Seen::Keys(text.to_vec()),
+        });
+    }
+    if let Some(i) = (0..want.len().max(got.len())).find(|&i| want.get(i) != got.get(i)) {
+        return Err(format!(
+            "record {i}: merged {:?}, alone {:?}",
+            got.get(i),
+            want.get(i)
+        ));
+    }
+    if merged.skipped_records() != skipped {
+        return Err(format!(
+            "{} records skipped, {skipped} alone",
+            merged.skipped_records()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -799,6 +910,69 @@ mod tests {
             assert_eq!(s, &w, "record {i}");
         }
         assert!(merged.free_bytes <= KEPT_BUFFER_BYTES);
+    }
+
+    /// Random fleets (one to four points of one to three files: pcap and pcapng, with key
+    /// logs, records naming no interface, times that tie and go back, files cut short or not
+    /// captures at all, batches larger than one placing) merge as their files read alone say.
+    #[test]
+    fn random_fleets_merge_as_their_files_read_alone() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || crate::testing::xorshift(&mut rng);
+        for seed in 0..60 {
+            let mut files: Vec<(usize, Vec<u8>)> = Vec::new();
+            let points = 1 + (next() % 4) as usize;
+            for point in 0..points {
+                for _ in 0..1 + next() % 3 {
+                    let n = (next() % 700) as usize;
+                    let mut t = next() % 50;
+                    let mut texts = Vec::new();
+                    for i in 0..n {
+                        // Mostly forward, sometimes the same second, now and then back.
+                        t = match next() % 10 {
+                            0 => t.saturating_sub(3),
+                            1..=3 => t,
+                            _ => t + 1,
+                        };
+                        let len = (next() % 80) as usize;
+                        let text: Vec<u8> = format!("{seed}/{point}/{i}/")
+                            .bytes()
+                            .chain(std::iter::repeat_n(b'.', len))
+                            .collect();
+                        texts.push((t, text));
+                    }
+                    let mut bytes = match next() % 3 {
+                        0 => {
+                            let recs: Vec<(u32, &[u8])> =
+                                texts.iter().map(|(t, d)| (*t as u32, &d[..])).collect();
+                            pcap(1 + (next() % 2) as u32 * 100, &recs)
+                        }
+                        1 => {
+                            let mut recs: Vec<(Option<u64>, &[u8])> = Vec::new();
+                            for (t, d) in &texts {
+                                match next() % 20 {
+                                    0 => recs.push((None, b"CLIENT_RANDOM aa bb")),
+                                    1 => recs.push((Some(u64::MAX), b"lost")),
+                                    _ => {}
+                                }
+                                recs.push((Some(*t), &d[..]));
+                            }
+                            pcapng(1, &recs)
+                        }
+                        _ => b"neither pcap nor pcapng".to_vec(),
+                    };
+                    if next() % 5 == 0 {
+                        let cut = (next() as usize) % (bytes.len() + 1);
+                        bytes.truncate(cut);
+                    }
+                    files.push((point, bytes));
+                }
+            }
+            let parts: Vec<(usize, &[u8])> = files.iter().map(|(p, b)| (*p, &b[..])).collect();
+            if let Err(e) = crate::fuzzing::merge_agrees(&parts, 1 << 20) {
+                panic!("seed {seed}: {e}");
+            }
+        }
     }
 
     #[test]
