@@ -9,6 +9,7 @@
 #
 # A CAPTURE of several files joined by `+` (`a.pcap+b.pcap`) is one row whose files are given
 # together, e.g. with ARGS="--fleet" for a fleet of capture points.
+#
 # Environment: RUNS (runs of each build per row, default 5), JOBS (default "1 2"), ARGS (more
 # arguments for both builds, e.g. "--tls-keylog FILE"). Needs /usr/bin/time (package `time`).
 # Both builds must write the same report: the script compares their outputs once per row and
