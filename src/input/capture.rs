@@ -125,15 +125,15 @@ enum Format {
     },
 }
 
-const SHB: u32 = 0x0A0D_0D0A;
-const IDB: u32 = 0x0000_0001;
-const SPB: u32 = 0x0000_0003;
-const EPB: u32 = 0x0000_0006;
+pub(super) const SHB: u32 = 0x0A0D_0D0A;
+pub(super) const IDB: u32 = 0x0000_0001;
+pub(super) const SPB: u32 = 0x0000_0003;
+pub(super) const EPB: u32 = 0x0000_0006;
 const OBSOLETE_PB: u32 = 0x0000_0002;
 /// Decryption Secrets Block (`editcap --inject-secrets`).
-const DSB: u32 = 0x0000_000A;
+pub(super) const DSB: u32 = 0x0000_000A;
 /// Its secrets type for an NSS key log ("TLSK").
-const DSB_TLS_KEY_LOG: u32 = 0x544c_534b;
+pub(super) const DSB_TLS_KEY_LOG: u32 = 0x544c_534b;
 /// Interfaces a section may declare; more is treated as damage (each costs a few bytes only,
 /// but an unbounded list would let a hostile file grow memory without packets).
 const MAX_INTERFACES: usize = 65_536;
@@ -722,7 +722,7 @@ pub enum Record<'a> {
 mod tests {
     use super::*;
 
-    use crate::input::testing::Trickle;
+    use crate::input::testing::{Ng, Trickle};
 
     #[derive(Debug, PartialEq)]
     struct Seen {
@@ -810,77 +810,6 @@ mod tests {
             out.extend_from_slice(data);
         }
         out
-    }
-
-    struct Ng {
-        big: bool,
-        out: Vec<u8>,
-    }
-
-    impl Ng {
-        fn w32(&self, v: u32) -> [u8; 4] {
-            if self.big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn w16(&self, v: u16) -> [u8; 2] {
-            if self.big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        }
-        fn block(&mut self, kind: u32, body: &[u8]) {
-            let mut padded = body.to_vec();
-            while !padded.len().is_multiple_of(4) {
-                padded.push(0);
-            }
-            let len = 12 + padded.len() as u32;
-            let (k, l) = (self.w32(kind), self.w32(len));
-            self.out.extend_from_slice(&k);
-            self.out.extend_from_slice(&l);
-            self.out.extend_from_slice(&padded);
-            self.out.extend_from_slice(&l);
-        }
-        fn shb(&mut self) {
-            let mut b = Vec::new();
-            b.extend_from_slice(&self.w32(0x1a2b_3c4d));
-            b.extend_from_slice(&self.w16(1));
-            b.extend_from_slice(&self.w16(0));
-            b.extend_from_slice(&[0xff; 8]);
-            self.block(SHB, &b);
-        }
-        fn idb(&mut self, linktype: u16, tsresol: Option<u8>) {
-            let mut b = Vec::new();
-            b.extend_from_slice(&self.w16(linktype));
-            b.extend_from_slice(&[0, 0]);
-            b.extend_from_slice(&self.w32(65535));
-            if let Some(r) = tsresol {
-                b.extend_from_slice(&self.w16(9));
-                b.extend_from_slice(&self.w16(1));
-                b.extend_from_slice(&[r, 0, 0, 0]);
-                b.extend_from_slice(&[0, 0, 0, 0]);
-            }
-            self.block(IDB, &b);
-        }
-        fn epb(&mut self, if_id: u32, ts: u64, data: &[u8]) {
-            let mut b = Vec::new();
-            b.extend_from_slice(&self.w32(if_id));
-            b.extend_from_slice(&self.w32((ts >> 32) as u32));
-            b.extend_from_slice(&self.w32(ts as u32));
-            b.extend_from_slice(&self.w32(data.len() as u32));
-            b.extend_from_slice(&self.w32(data.len() as u32));
-            b.extend_from_slice(data);
-            self.block(EPB, &b);
-        }
-        fn spb(&mut self, data: &[u8]) {
-            let mut b = Vec::new();
-            b.extend_from_slice(&self.w32(data.len() as u32));
-            b.extend_from_slice(data);
-            self.block(SPB, &b);
-        }
     }
 
     #[test]
