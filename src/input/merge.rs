@@ -59,7 +59,7 @@ struct MapState {
     chunk_at: Vec<u64>,
     /// Frames after the written chunks: their file and their number there.
     tail: Vec<(u32, u32)>,
-    /// The file could not be written: later frames are cited without their file.
+    /// The file could not be made or written: later frames stay in `tail`, in memory.
     broken: bool,
     /// Chunks read back (or just written), at `chunk % CACHE_CHUNKS`: the chunk's number plus
     /// one (0: nothing) and its bytes.
