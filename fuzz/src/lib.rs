@@ -1076,7 +1076,8 @@ pub fn facts(data: &[u8]) {
 /// what merging each point's records read alone gives by time (ties: the point named first,
 /// key logs where their point's file has them), each packet numbered in turn, its time no
 /// earlier than the epoch, and found in the frame map, with its file and number there, when
-/// it is handed out; and that the records the files skipped are counted.
+/// it is handed out; and that the records the files skipped and the files cut short are
+/// counted.
 pub fn merge(data: &[u8]) {
     let [count, owners, a, b, rest @ ..] = data else {
         return;

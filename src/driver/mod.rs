@@ -1890,8 +1890,11 @@ fn read_member<S: Records, D: Dispatch>(
     if let Some(bar) = &opts.progress {
         bar.advance(reader.position().saturating_sub(progress_shown));
     }
+    let cut_short = reader.files_cut_short();
+    if cut_short > 0 {
+        *report.stats.skipped.entry("truncated_record").or_insert(0) += cut_short;
+    }
     if let Some(at) = reader.truncated_at() {
-        *report.stats.skipped.entry("truncated_record").or_insert(0) += 1;
         // Read in part: counted as a failed input, though every whole packet was analyzed.
         report.error(format!(
             "{name}: offset {at}: last record cut short; analyzed up to the last whole packet"

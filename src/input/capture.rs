@@ -691,6 +691,10 @@ pub trait Records {
     fn position(&self) -> u64;
     /// Where a record cut short by the end of the input began, if one was.
     fn truncated_at(&self) -> Option<u64>;
+    /// Files of the input whose last record was cut short (counted as `truncated_record`).
+    fn files_cut_short(&self) -> u64 {
+        u64::from(self.truncated_at().is_some())
+    }
     /// Records passed over without being packets (see [`CaptureReader::skipped_records`]).
     fn skipped_records(&self) -> u64;
 }

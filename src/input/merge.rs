@@ -337,6 +337,8 @@ pub struct MergedCapture {
     read_bytes: u64,
     /// Records the points' files passed over without being packets.
     skipped: u64,
+    /// Files whose last record was cut short.
+    cut_short: u64,
     started: bool,
 }
 
@@ -377,6 +379,7 @@ impl MergedCapture {
             entries: Vec::new(),
             read_bytes: 0,
             skipped: 0,
+            cut_short: 0,
             started: false,
         };
         (m, map, messages)
@@ -462,6 +465,7 @@ impl MergedCapture {
                     if let Some((_, r)) = self.points[p].reader.take() {
                         self.skipped += r.skipped_records();
                         if let Some(at) = r.truncated_at() {
+                            self.cut_short += 1;
                             let name = &self.map.files[file];
                             let text = format!(
                                 "{name}: offset {at}: last record cut short; analyzed up to \
@@ -561,9 +565,13 @@ impl Records for MergedCapture {
         self.read_bytes
     }
 
-    /// A file cut short is said in the messages, naming it.
+    /// A file cut short is said in the messages, naming it and the offset.
     fn truncated_at(&self) -> Option<u64> {
         None
+    }
+
+    fn files_cut_short(&self) -> u64 {
+        self.cut_short
     }
 
     fn skipped_records(&self) -> u64 {
@@ -594,11 +602,12 @@ enum Seen {
 /// point's files read one after the other and each key log placed as its packet before it
 /// is; each packet must carry the next merged frame number, its time no earlier than the
 /// epoch, and its file and number there in the frame map when it is handed out; and the
-/// records the files skipped must be counted. `Err` says where they differ.
+/// records the files skipped and the files cut short must be counted. `Err` says where they
+/// differ.
 pub(crate) fn merged_as_alone(points: &[Vec<PathBuf>], max_block: usize) -> Result<(), String> {
     // Each point's records read alone, file after file, with each file's index.
     let mut alone: Vec<std::collections::VecDeque<Seen>> = Vec::new();
-    let mut skipped = 0;
+    let (mut skipped, mut cut_short) = (0, 0);
     let mut file = 0;
     for files in points {
         let mut records = std::collections::VecDeque::new();
@@ -618,6 +627,7 @@ pub(crate) fn merged_as_alone(points: &[Vec<PathBuf>], max_block: usize) -> Resu
                     });
                 }
                 skipped += r.skipped_records();
+                cut_short += u64::from(r.truncated_at().is_some());
             }
             file += 1;
         }
@@ -687,6 +697,12 @@ pub(crate) fn merged_as_alone(points: &[Vec<PathBuf>], max_block: usize) -> Resu
         return Err(format!(
             "{} records skipped, {skipped} alone",
             merged.skipped_records()
+        ));
+    }
+    if merged.files_cut_short() != cut_short {
+        return Err(format!(
+            "{} files cut short, {cut_short} alone",
+            merged.files_cut_short()
         ));
     }
     Ok(())
