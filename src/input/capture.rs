@@ -154,6 +154,8 @@ pub struct CaptureReader<R: Read> {
     truncated_at: Option<u64>,
     /// Packets dropped because they named an interface that does not exist, and the like.
     skipped_records: u64,
+    /// The packet [`Self::next_record_lent`] gave last, while its bytes are in the buffer.
+    lent: Option<Found>,
 }
 
 /// Bytes asked of the file at a time. Small enough that what a read copied is still in the
@@ -180,6 +182,7 @@ impl<R: Read> CaptureReader<R> {
             max_block: max_block.max(64),
             truncated_at: None,
             skipped_records: 0,
+            lent: None,
         };
         r.fill(4)?;
         match sniff(r.avail()) {
@@ -299,11 +302,11 @@ impl<R: Read> CaptureReader<R> {
     /// packets too; see [`Self::truncated_at`]). Embedded secrets are passed over.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, CaptureError> {
         if let Some(p) = self.buffered_packet() {
-            return Ok(Some(self.packet_of(p)));
+            return Ok(Some(self.packet_of::<false>(p)));
         }
         loop {
             match self.next_found()? {
-                Next::Packet(p) => return Ok(Some(self.packet_of(p))),
+                Next::Packet(p) => return Ok(Some(self.packet_of::<false>(p))),
                 Next::End => return Ok(None),
                 Next::Secrets(..) | Next::Again => {}
             }
@@ -312,12 +315,40 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next packet or embedded key log, in file order, or `None` at the end of the file.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        self.record::<false>()
+    }
+
+    /// [`Self::next_record`], and a packet it gives is lent again by [`Self::lent_packet`]
+    /// until the next call: its bytes stay where they are in the buffer until then, so a
+    /// reader of several captures at once can hold each one's next packet without a copy.
+    pub fn next_record_lent(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        self.lent = None;
+        self.record::<true>()
+    }
+
+    /// The packet the last call of [`Self::next_record_lent`] gave, again; `None` when it gave
+    /// anything else.
+    pub fn lent_packet(&self) -> Option<Packet<'_>> {
+        let p = self.lent.as_ref()?;
+        Some(Packet {
+            frame: self.frame,
+            time_ns: p.time_ns,
+            linktype: p.linktype,
+            data: self.buf.get(p.data_start..p.data_start + p.data_len)?,
+            orig_len: p.orig_len,
+            offset: p.offset,
+        })
+    }
+
+    /// [`Self::next_record`], the packet kept to be lent again when `LEND`.
+    #[inline]
+    fn record<const LEND: bool>(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
         if let Some(p) = self.buffered_packet() {
-            return Ok(Some(Record::Packet(self.packet_of(p))));
+            return Ok(Some(Record::Packet(self.packet_of::<LEND>(p))));
         }
         loop {
             match self.next_found()? {
-                Next::Packet(p) => return Ok(Some(Record::Packet(self.packet_of(p)))),
+                Next::Packet(p) => return Ok(Some(Record::Packet(self.packet_of::<LEND>(p)))),
                 Next::Secrets(start, len) => {
                     return Ok(Some(Record::TlsKeyLog(&self.buf[start..start + len])));
                 }
@@ -338,8 +369,11 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
-    fn packet_of(&mut self, p: Found) -> Packet<'_> {
+    fn packet_of<const LEND: bool>(&mut self, p: Found) -> Packet<'_> {
         self.frame += 1;
+        if LEND {
+            self.lent = Some(p);
+        }
         Packet {
             frame: self.frame,
             time_ns: p.time_ns,
@@ -665,6 +699,7 @@ fn ts_units_per_sec(tsresol: u8) -> Option<u64> {
     }
 }
 
+#[derive(Clone, Copy)]
 struct Found {
     time_ns: i64,
     linktype: u32,
@@ -814,6 +849,55 @@ mod tests {
             out.extend_from_slice(data);
         }
         out
+    }
+
+    /// A packet read with `next_record_lent` is lent again, bytes and all, until the next
+    /// call, over records that make the reader read more and move its buffer; anything else
+    /// (a key log, the end) lends nothing.
+    #[test]
+    fn a_packet_is_lent_until_the_next_call() {
+        let mut ng = Ng {
+            big: false,
+            out: Vec::new(),
+        };
+        ng.shb();
+        ng.idb(1, None);
+        let datas: Vec<Vec<u8>> = (0..400u32)
+            .map(|i| (0..(i * 37 % 1500 + 1)).map(|k| (k ^ i) as u8).collect())
+            .collect();
+        for (i, d) in datas.iter().enumerate() {
+            if i % 50 == 7 {
+                ng.dsb(b"CLIENT_RANDOM 00 11");
+            }
+            ng.epb(0, 1_000 + i as u64, d);
+        }
+        for sizes in [&[1usize << 20][..], &[3, 700, 64, 1]] {
+            let src = Trickle::new(&ng.out, sizes);
+            let mut r = CaptureReader::open(src, 1 << 20).unwrap();
+            let mut packets = 0;
+            loop {
+                let lent = match r.next_record_lent().unwrap() {
+                    Some(Record::Packet(p)) => Some((p.frame, p.time_ns, p.data.to_vec())),
+                    Some(Record::TlsKeyLog(_)) => None,
+                    None => break,
+                };
+                let again = r
+                    .lent_packet()
+                    .map(|p| (p.frame, p.time_ns, p.data.to_vec()));
+                assert_eq!(again, lent);
+                if let Some((frame, _, data)) = lent {
+                    assert_eq!(data, datas[packets]);
+                    packets += 1;
+                    assert_eq!(frame, packets as u64);
+                }
+            }
+            assert_eq!(packets, datas.len());
+            assert!(r.lent_packet().is_none());
+            // The plain call lends nothing.
+            let mut r = CaptureReader::open(Trickle::new(&ng.out, sizes), 1 << 20).unwrap();
+            assert!(matches!(r.next_record(), Ok(Some(Record::Packet(_)))));
+            assert!(r.lent_packet().is_none());
+        }
     }
 
     #[test]

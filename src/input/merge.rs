@@ -14,15 +14,16 @@
 //!   (the first captured copy wins) and a copy that only one point holds fills the other's
 //!   hole. Connections with other addresses or ports (each side of a proxy, a NAT) stay
 //!   distinct connections.
-//! - Memory: one read buffer and one pending packet per point, and the packets placed ahead
-//!   (at most 256, of 256 KiB together but for the last one). The frame map is about a byte
-//!   per packet in an unnamed temporary file (see [`FrameMap`]), with its last 8,192 frames in
-//!   memory and up to 1,024 chunks of 512 frames read back for the report's citations.
+//! - Memory: one read buffer per point, which holds the point's next packet: a packet is
+//!   handed out from there, not copied. The frame map is about a byte per packet in an
+//!   unnamed temporary file (see [`FrameMap`]), with its last 8,192 frames in memory and up
+//!   to 1,024 chunks of 512 frames read back for the report's citations.
 //! - A file that cannot be read is an error naming it; the other files and points go on.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::input::capture::{CaptureError, CaptureReader, Packet, Record, Records};
@@ -49,6 +50,13 @@ pub struct FrameMap {
     /// Bytes of a point's number in a chunk: 1, 2 or 4.
     width: usize,
     state: Mutex<MapState>,
+    /// The newest frames, entered one by one without the lock: frame `i` (0-based) at
+    /// `i % FRESH_FRAMES`, packed as [`pack`] packs it, until it is moved to the state's tail.
+    fresh: Box<[AtomicU64]>,
+    /// Frames entered so far (published: a frame below it is in `fresh` or the state).
+    entered: AtomicU64,
+    /// Frames moved from `fresh` to the state (changed under the state's lock).
+    moved: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +79,10 @@ struct MapState {
 
 /// Frames of a chunk.
 const CHUNK_FRAMES: usize = 512;
+/// Frames entered without the lock before they are moved under it, together: the lock and
+/// the wait for every earlier store that taking it means, once in this many frames (taken for
+/// each frame, they were half of a fleet's reading thread with `-j2`).
+const FRESH_FRAMES: usize = 256;
 /// Frames kept in memory before their chunks are written.
 const TAIL_FRAMES: usize = 16 * CHUNK_FRAMES;
 /// One exception: the frame's place in its chunk (u16), its file (u32) and its number (u32).
@@ -95,29 +107,58 @@ impl FrameMap {
                 chunk_at: vec![0],
                 ..MapState::default()
             }),
+            fresh: (0..FRESH_FRAMES).map(|_| AtomicU64::new(0)).collect(),
+            entered: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
         }
     }
 
-    /// Appends the entries of the next frames (file, number there), under one lock.
-    fn extend(&self, entries: &[(u32, u32)]) {
+    /// Enters the next frame (its file and number there); called by one thread, the merge.
+    /// Visible to [`FrameMap::locate`] on any thread once this returns.
+    fn push(&self, file: usize, local: u64) {
+        let i = self.entered.load(Ordering::Relaxed);
+        if i - self.moved.load(Ordering::Relaxed) >= FRESH_FRAMES as u64 {
+            self.move_fresh(i);
+        }
+        let (file, local) = entry(file, local);
+        self.fresh[(i % FRESH_FRAMES as u64) as usize]
+            .store(u64::from(file) << 32 | u64::from(local), Ordering::Relaxed);
+        // Publishes the slot's store with it.
+        self.entered.store(i + 1, Ordering::Release);
+    }
+
+    /// Moves the frames entered up to `upto` from `fresh` to the state, under the lock: their
+    /// slots may then be entered again.
+    fn move_fresh(&self, upto: u64) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
-        s.tail.extend_from_slice(entries);
+        let from = self.moved.load(Ordering::Relaxed);
+        for i in from..upto {
+            let packed = self.fresh[(i % FRESH_FRAMES as u64) as usize].load(Ordering::Relaxed);
+            s.tail.push(((packed >> 32) as u32, packed as u32));
+        }
+        self.moved.store(upto, Ordering::Relaxed);
         if s.tail.len() >= TAIL_FRAMES {
             self.write_chunks(&mut s);
         }
-    }
-
-    #[cfg(test)]
-    fn push(&self, file: usize, local: u64) {
-        self.extend(&[entry(file, local)]);
     }
 
     /// The file (its name) and number there of frame `frame` (1-based) of the merged capture.
     pub fn locate(&self, frame: u64) -> Option<(&str, u64)> {
         let mut s = self.state.lock().ok()?;
         let i = frame.checked_sub(1)?;
+        // Held by the lock: the frames from `moved` on stay in their slots while it is held
+        // (the merge moves them under it before it enters over them).
+        let moved = self.moved.load(Ordering::Relaxed);
+        if i >= moved {
+            if i >= self.entered.load(Ordering::Acquire) {
+                return None;
+            }
+            let packed = self.fresh[(i % FRESH_FRAMES as u64) as usize].load(Ordering::Relaxed);
+            let file = self.files.get((packed >> 32) as usize)?;
+            return Some((file.as_str(), u64::from(packed as u32)));
+        }
         let chunks = s.chunk_at.len() as u64 - 1;
         let written = chunks * CHUNK_FRAMES as u64;
         let (file, local) = if i >= written {
@@ -285,54 +326,39 @@ struct Point {
     reader: Option<(usize, CaptureReader<Box<dyn Read>>)>,
     /// How far `reader` had read when it was last asked.
     read_to: u64,
-    pending: Option<Pending>,
+    /// The point's next packet, which its reader holds (lends) until it is asked again.
+    pending: Option<Head>,
     /// The file read before, and the time of its last packet (for the overlap warning).
     last: Option<(usize, i64)>,
 }
 
-struct Pending {
-    /// Its number in the merged capture (0 until it is placed there).
-    frame: u64,
+/// What the merge needs of a point's next packet to place it; its bytes stay in the reader.
+#[derive(Clone, Copy)]
+struct Head {
     time_ns: i64,
-    linktype: u32,
-    orig_len: u32,
-    data: Vec<u8>,
     file: usize,
+    /// Its number in its file.
     local: u64,
 }
 
-/// A record of the merged capture, placed and not yet handed out.
-enum Placed {
-    Packet(Pending),
-    Secrets(Vec<u8>),
-}
-
-/// Packets placed at once, their frames entered in the map under one lock.
-const PLACED_PACKETS: usize = 256;
-/// Bytes of packets placed at once, at most (and at least one packet).
-const PLACED_BYTES: usize = 256 << 10;
-/// Bytes of emptied packet buffers kept to be filled again.
-const KEPT_BUFFER_BYTES: usize = 512 << 10;
-
 /// The merged capture: the packets of every point in time order, with the secrets their files
 /// embed, read as [`Records`] the way one file's records are read.
+///
+/// A packet is handed out from its point's read buffer, where its reader lends it until the
+/// point is asked for its next one (at the next call): no packet is copied or read ahead.
 pub struct MergedCapture {
     points: Vec<Point>,
     map: Arc<FrameMap>,
     messages: Messages,
     max_block: usize,
-    /// Records placed in the merged order, not yet handed out: their frames are in the map
-    /// already (a frame is cited only after it was read).
-    placed: VecDeque<Placed>,
-    /// The record handed out last, which the caller borrows until the next call.
-    out: Option<Placed>,
-    /// Emptied packet buffers, and the bytes they hold room for.
-    free: Vec<Vec<u8>>,
-    free_bytes: usize,
-    /// Frames placed so far.
+    /// Key logs read on the way and not yet handed out, in the order they were read.
+    secrets: VecDeque<Vec<u8>>,
+    /// The key log handed out last, which the caller borrows until the next call.
+    out_secrets: Vec<u8>,
+    /// The point whose packet was handed out last: it moves on at the next call.
+    lent: Option<usize>,
+    /// Frames handed out so far.
     frames: u64,
-    /// Map entries of frames placed and not yet entered.
-    entries: Vec<(u32, u32)>,
     /// Bytes read of every point's files.
     read_bytes: u64,
     /// Records the points' files passed over without being packets.
@@ -371,12 +397,10 @@ impl MergedCapture {
             map: map.clone(),
             messages: messages.clone(),
             max_block,
-            placed: VecDeque::new(),
-            out: None,
-            free: Vec::new(),
-            free_bytes: 0,
+            secrets: VecDeque::new(),
+            out_secrets: Vec::new(),
+            lent: None,
             frames: 0,
-            entries: Vec::new(),
             read_bytes: 0,
             skipped: 0,
             cut_short: 0,
@@ -391,8 +415,8 @@ impl MergedCapture {
         }
     }
 
-    /// Makes point `p`'s next packet pending (placing any secrets it passes), opening its next
-    /// file when one ends.
+    /// Makes point `p`'s next packet pending (queueing any secrets it passes), opening its
+    /// next file when one ends.
     fn advance(&mut self, p: usize) {
         loop {
             if self.points[p].reader.is_none() {
@@ -419,24 +443,15 @@ impl MergedCapture {
                 return;
             };
             let file = *file;
-            let next = match reader.next_record() {
-                Ok(Some(Record::Packet(pk))) => {
-                    let mut data = self.free.pop().unwrap_or_default();
-                    self.free_bytes = self.free_bytes.saturating_sub(data.capacity());
-                    data.clear();
-                    data.extend_from_slice(pk.data);
-                    Some(Some(Pending {
-                        frame: 0,
-                        time_ns: pk.time_ns,
-                        linktype: pk.linktype,
-                        orig_len: pk.orig_len,
-                        data,
-                        file,
-                        local: pk.frame,
-                    }))
-                }
+            // Some(Some): a packet; Some(None): the file is over; None: secrets, read on.
+            let next = match reader.next_record_lent() {
+                Ok(Some(Record::Packet(pk))) => Some(Some(Head {
+                    time_ns: pk.time_ns,
+                    file,
+                    local: pk.frame,
+                })),
                 Ok(Some(Record::TlsKeyLog(text))) => {
-                    self.placed.push_back(Placed::Secrets(text.to_vec()));
+                    self.secrets.push_back(text.to_vec());
                     None
                 }
                 Ok(None) => Some(None),
@@ -452,13 +467,12 @@ impl MergedCapture {
             let at = reader.position();
             self.read_bytes += at.saturating_sub(point.read_to);
             point.read_to = at;
-            // None: secrets were placed, the point's next packet is still to be read.
             let Some(next) = next else {
                 continue;
             };
             match next {
-                Some(pk) => {
-                    self.points[p].pending = Some(pk);
+                Some(head) => {
+                    self.points[p].pending = Some(head);
                     return;
                 }
                 None => {
@@ -479,59 +493,17 @@ impl MergedCapture {
         }
     }
 
-    /// Places the next packets in time order (ties: the point named first), with the secrets
-    /// read on the way, and enters their frames in the map.
-    fn place(&mut self) {
-        if !self.started {
-            self.started = true;
-            for p in 0..self.points.len() {
-                self.advance(p);
+    /// The point whose pending packet comes next in time (ties: the point named first).
+    fn earliest(&self) -> Option<usize> {
+        let mut best: Option<(i64, usize)> = None;
+        for (p, point) in self.points.iter().enumerate() {
+            if let Some(h) = &point.pending
+                && best.is_none_or(|(t, _)| h.time_ns < t)
+            {
+                best = Some((h.time_ns, p));
             }
         }
-        let mut bytes = 0;
-        while self.placed.len() < PLACED_PACKETS && bytes < PLACED_BYTES {
-            let Some(p) = (0..self.points.len())
-                .filter(|&p| self.points[p].pending.is_some())
-                .min_by_key(|&p| self.points[p].pending.as_ref().map(|x| (x.time_ns, p)))
-            else {
-                break;
-            };
-            let Some(mut pk) = self.points[p].pending.take() else {
-                break;
-            };
-            // Within a point, files follow one another: one that begins before the previous
-            // one ends is said, once per file.
-            match self.points[p].last {
-                Some((file, end)) if file != pk.file && pk.time_ns < end => {
-                    let (a, b) = (&self.map.files[file], &self.map.files[pk.file]);
-                    let text = format!(
-                        "{b}: its first packet is older than the last one of {a}: the files \
-                         overlap in time or the clock went back; read one after the other"
-                    );
-                    self.say(false, text);
-                }
-                _ => {}
-            }
-            self.points[p].last = Some((pk.file, pk.time_ns));
-            self.frames += 1;
-            pk.frame = self.frames;
-            self.entries.push(entry(pk.file, pk.local));
-            bytes += pk.data.len();
-            self.placed.push_back(Placed::Packet(pk));
-            self.advance(p);
-        }
-        if !self.entries.is_empty() {
-            self.map.extend(&self.entries);
-            self.entries.clear();
-        }
-    }
-
-    /// Keeps an emptied packet buffer to be filled again, within [`KEPT_BUFFER_BYTES`].
-    fn keep(&mut self, data: Vec<u8>) {
-        if self.free_bytes + data.capacity() <= KEPT_BUFFER_BYTES {
-            self.free_bytes += data.capacity();
-            self.free.push(data);
-        }
+        best.map(|(_, p)| p)
     }
 }
 
@@ -539,28 +511,64 @@ impl Records for MergedCapture {
     /// The merged capture's next record. Its packets carry their merged frame numbers and
     /// times no earlier than the epoch (as a pcapng file's unsigned times read back).
     fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
-        if let Some(Placed::Packet(pk)) = self.out.take() {
-            self.keep(pk.data);
+        if !self.started {
+            self.started = true;
+            for p in 0..self.points.len() {
+                self.advance(p);
+            }
         }
-        if self.placed.is_empty() {
-            self.place();
+        // The packet lent last is done with: its point reads on, and the key logs it reads
+        // on the way come before any packet.
+        if let Some(p) = self.lent.take() {
+            self.advance(p);
         }
-        self.out = self.placed.pop_front();
-        Ok(match &self.out {
-            Some(Placed::Packet(pk)) => Some(Record::Packet(Packet {
-                frame: pk.frame,
-                time_ns: pk.time_ns.max(0),
-                linktype: pk.linktype,
-                data: &pk.data,
-                orig_len: pk.orig_len,
-                offset: 0,
-            })),
-            Some(Placed::Secrets(text)) => Some(Record::TlsKeyLog(text)),
-            None => None,
-        })
+        if let Some(text) = self.secrets.pop_front() {
+            self.out_secrets = text;
+            return Ok(Some(Record::TlsKeyLog(&self.out_secrets)));
+        }
+        let Some(p) = self.earliest() else {
+            return Ok(None);
+        };
+        let Some(head) = self.points[p].pending.take() else {
+            return Ok(None);
+        };
+        // Within a point, files follow one another: one that begins before the previous one
+        // ends is said, once per file.
+        match self.points[p].last {
+            Some((file, end)) if file != head.file && head.time_ns < end => {
+                let (a, b) = (&self.map.files[file], &self.map.files[head.file]);
+                let text = format!(
+                    "{b}: its first packet is older than the last one of {a}: the files \
+                     overlap in time or the clock went back; read one after the other"
+                );
+                self.say(false, text);
+            }
+            _ => {}
+        }
+        self.points[p].last = Some((head.file, head.time_ns));
+        self.frames += 1;
+        // In the map before it is handed out: a frame is cited only after it was read.
+        self.map.push(head.file, head.local);
+        self.lent = Some(p);
+        // The point's reader was not asked again since it read the packet: it lends it.
+        let Some(pk) = self.points[p]
+            .reader
+            .as_ref()
+            .and_then(|(_, r)| r.lent_packet())
+        else {
+            return Err(CaptureError::Damaged {
+                offset: self.read_bytes,
+                what: "the merge lost the packet it had read".into(),
+            });
+        };
+        Ok(Some(Record::Packet(Packet {
+            frame: self.frames,
+            time_ns: pk.time_ns.max(0),
+            ..pk
+        })))
     }
 
-    /// Bytes read of the points' files (decompressed), including the packets placed ahead.
+    /// Bytes read of the points' files (decompressed), including each point's next packet.
     fn position(&self) -> u64 {
         self.read_bytes
     }
@@ -856,10 +864,11 @@ mod tests {
         assert!(messages.lock().unwrap().is_empty());
     }
 
-    /// Thousands of packets from three points, placed in many batches with their buffers
-    /// used again: each comes once, in time order, with its own bytes and its file's frame.
+    /// Thousands of packets from three points, over many refills of each point's read buffer
+    /// (lent from there): each comes once, in time order, with its own bytes and its file's
+    /// frame.
     #[test]
-    fn many_packets_keep_their_bytes_and_frames_across_batches() {
+    fn many_packets_keep_their_bytes_and_frames_across_reads() {
         let dir = tempfile::tempdir().unwrap();
         let mut points = Vec::new();
         let mut want = Vec::new();
@@ -898,12 +907,11 @@ mod tests {
             );
             assert_eq!(s, &w, "record {i}");
         }
-        assert!(merged.free_bytes <= KEPT_BUFFER_BYTES);
     }
 
     /// Random fleets (one to four points of one to three files: pcap and pcapng, with key
     /// logs, records naming no interface, times that tie and go back, files cut short or not
-    /// captures at all, batches larger than one placing) merge as their files read alone say.
+    /// captures at all) merge as their files read alone say.
     #[test]
     fn random_fleets_merge_as_their_files_read_alone() {
         let mut rng = 0x2545_f491_4f6c_dd1du64;
@@ -981,9 +989,9 @@ mod tests {
 
     /// Frames as fleets make them (each point's files one after the other, their numbers
     /// following one another but where a record was skipped, a number past `u32::MAX`
-    /// saturated), from 3 points and from 300 (two bytes a point), entered in batches of any
-    /// size and looked up in any order, over more chunks than the cache holds: every lookup
-    /// finds what was entered.
+    /// saturated), from 3 points and from 300 (two bytes a point), looked up in any order
+    /// after batches of any size (frames still in the fresh slots, moved, written), over more
+    /// chunks than the cache holds: every lookup finds what was entered.
     #[test]
     fn the_frame_map_finds_every_frame_whatever_the_points_and_the_order() {
         for (points, files_each, seed) in [(3usize, 2usize, 1u64), (1, 3, 2), (300, 1, 3)] {
@@ -1020,7 +1028,9 @@ mod tests {
                     entries.push(e);
                     want.push((e.0 as usize, u64::from(e.1)));
                 }
-                map.extend(&entries);
+                for &(file, local) in &entries {
+                    map.push(file as usize, u64::from(local));
+                }
                 for _ in 0..8 {
                     let frame = 1 + next() % want.len() as u64;
                     let (f, l) = want[frame as usize - 1];
@@ -1043,5 +1053,58 @@ mod tests {
             assert_eq!(map.locate(want.len() as u64 + 1), None);
             assert_eq!(map.locate(0), None);
         }
+    }
+
+    /// Frames entered by one thread while another looks them up: every frame entered before
+    /// the look began is found as it was entered, whether in a fresh slot, moved or written.
+    #[test]
+    fn frames_entered_while_they_are_looked_up_are_found() {
+        let names: Vec<String> = (0..3).map(|f| format!("f{f}")).collect();
+        let map = Arc::new(FrameMap::new(names.clone(), vec![0, 1, 2]));
+        let total = 300_000u64;
+        let of = |i: u64| ((i % 3) as usize, i / 3 + 1);
+        // Lookups so far: the writer waits for one after every 1,000 frames, so that the
+        // two overlap however the threads are scheduled.
+        let looked = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (map, looked) = (map.clone(), looked.clone());
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                for i in 0..total {
+                    if i % 1000 == 0 {
+                        while looked.load(Ordering::Relaxed) == seen {
+                            std::thread::yield_now();
+                        }
+                        seen = looked.load(Ordering::Relaxed);
+                    }
+                    let (file, local) = of(i);
+                    map.push(file, local);
+                }
+            })
+        };
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        loop {
+            let entered = map.entered.load(Ordering::Acquire);
+            if entered > 0 {
+                // The newest frames (most often in a fresh slot) and any other.
+                let back = crate::testing::xorshift(&mut rng) % entered.min(600);
+                let any = crate::testing::xorshift(&mut rng) % entered;
+                for i in [entered - 1 - back, any] {
+                    let (file, local) = of(i);
+                    assert_eq!(
+                        map.locate(i + 1),
+                        Some((names[file].as_str(), local)),
+                        "frame {}",
+                        i + 1
+                    );
+                }
+            }
+            looked.fetch_add(1, Ordering::Relaxed);
+            if entered == total {
+                break;
+            }
+        }
+        writer.join().unwrap();
+        assert!(looked.load(Ordering::Relaxed) > total / 1000);
     }
 }
