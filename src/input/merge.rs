@@ -51,7 +51,8 @@ pub struct FrameMap {
     width: usize,
     state: Mutex<MapState>,
     /// The newest frames, entered one by one without the lock: frame `i` (0-based) at
-    /// `i % FRESH_FRAMES`, packed as [`pack`] packs it, until it is moved to the state's tail.
+    /// `i % FRESH_FRAMES`, its file in the high 32 bits and its number there in the low ones,
+    /// until it is moved to the state's tail.
     fresh: Box<[AtomicU64]>,
     /// Frames entered so far (published: a frame below it is in `fresh` or the state).
     entered: AtomicU64,
@@ -79,9 +80,9 @@ struct MapState {
 
 /// Frames of a chunk.
 const CHUNK_FRAMES: usize = 512;
-/// Frames entered without the lock before they are moved under it, together: the lock and
-/// the wait for every earlier store that taking it means, once in this many frames (taken for
-/// each frame, they were half of a fleet's reading thread with `-j2`).
+/// Frames entered without the lock before they are moved under it, together: the lock, and
+/// the wait for every earlier store that taking it means, once in this many frames rather
+/// than for each (over half of a fleet's reading thread with `-j2`, measured).
 const FRESH_FRAMES: usize = 256;
 /// Frames kept in memory before their chunks are written.
 const TAIL_FRAMES: usize = 16 * CHUNK_FRAMES;
