@@ -644,8 +644,7 @@ impl XSummary {
         }
     }
     fn back(self) -> Result<ExchangeSummary, String> {
-        let (stream_facts, stream_empty, stream_room) =
-            held_stream(self.stream.map(|s| s.back().map(Box::new)).transpose()?);
+        let held = held_stream(self.stream.map(|s| s.back().map(Box::new)).transpose()?);
         Ok(ExchangeSummary {
             connection: self.connection.back()?,
             exchange: self.exchange,
@@ -659,9 +658,10 @@ impl XSummary {
             response: self.response.map(um),
             event_stream: self.event_stream,
             end: self.end.map(|(e, k)| (e, um(k))),
-            stream_facts,
-            stream_empty,
-            stream_room,
+            stream_facts: held.facts,
+            stream_empty: held.empty,
+            stream_room: held.room,
+            stream_distinctive: held.distinctive,
             opens_session: self.opens_session,
         })
     }
@@ -1908,7 +1908,7 @@ mod tests {
             mark: Mark::new(39, 0),
             id_index: 39,
         });
-        let (stream_facts, stream_empty, stream_room) = held_stream(Some(Box::new(s)));
+        let held = held_stream(Some(Box::new(s)));
         let x = ExchangeSummary {
             exchange: 2,
             session_id: Some("s".into()),
@@ -1916,12 +1916,13 @@ mod tests {
             request: Some(Mark::new(1, 5)),
             status: Some(200),
             event_stream: true,
-            stream_facts,
-            stream_empty,
-            stream_room,
+            stream_facts: held.facts,
+            stream_empty: held.empty,
+            stream_room: held.room,
+            stream_distinctive: held.distinctive,
             ..Default::default()
         };
-        assert!(stream_room > 0);
+        assert!(x.stream_room > 0);
         let text = serde_json::to_string(&XSummary::of(&x)).unwrap();
         let back = serde_json::from_str::<XSummary>(&text)
             .unwrap()

@@ -196,7 +196,7 @@ mod tests {
         first: Option<&str>,
     ) -> ExchangeSummary {
         let mark = |f: u64| Mark::new(f, f as i64 * 1000);
-        let (stream_facts, stream_empty, stream_room) = held_stream(first.map(|id| {
+        let held = held_stream(first.map(|id| {
             Box::new(StreamSummary {
                 first_id: Some(IdSeen {
                     text: id.into(),
@@ -224,9 +224,10 @@ mod tests {
             response: resp.map(mark),
             event_stream: true,
             end: None,
-            stream_facts,
-            stream_empty,
-            stream_room,
+            stream_facts: held.facts,
+            stream_empty: held.empty,
+            stream_room: held.room,
+            stream_distinctive: held.distinctive,
             opens_session: false,
         }
     }

@@ -918,12 +918,12 @@ impl CrossIndex {
     }
 
     fn add(&mut self, x: &ExchangeSummary, session: &Arc<str>) {
-        let Some(s) = x.stream() else {
+        // Integers and short ids can be shared by chance: they never prove a leak.
+        let Some(s) = x.stream().filter(|_| x.stream_distinctive) else {
             return;
         };
         for f in s.id_facts.iter() {
-            // Integers and short ids can be shared by chance: they never prove a leak.
-            if f.priming || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY {
+            if !f.distinctive() {
                 continue;
             }
             let d = Delivery::new(
@@ -2661,6 +2661,10 @@ fn cross_session<'a>(
     before: u64,
 ) -> Option<Finding> {
     let x = &xs[xi];
+    // No id of the stream could name another session: none to look up.
+    if !x.stream_distinctive {
+        return None;
+    }
     let own = x.session_id.as_deref()?;
     // The session's own earlier streams that carried ids with data.
     let own_streams = || {
@@ -2684,7 +2688,7 @@ fn cross_session<'a>(
         if other == own
             || d.mark.frame >= f.mark.frame
             || crate::exchange::is_integer_id(text)
-            || (f.key_len as usize) < idshape::MIN_DISTINCTIVE_KEY
+            || !f.distinctive()
             || own_keys
                 .get_or_insert_with(|| own_streams().flat_map(|s| s.keys.iter().copied()).collect())
                 .contains(&f.key)
@@ -3285,7 +3289,7 @@ mod tests {
         stream.retry.push((5, Mark::default()));
         stream.shapes.reserve(40);
         stream.list_changed.reserve(30);
-        let (stream_facts, stream_empty, stream_room) = held_stream(Some(Box::new(stream)));
+        let held = held_stream(Some(Box::new(stream)));
         let roomy = ExchangeSummary {
             connection: Default::default(),
             exchange: 0,
@@ -3299,9 +3303,10 @@ mod tests {
             response: Some(Mark::default()),
             event_stream: true,
             end: None,
-            stream_facts,
-            stream_empty,
-            stream_room,
+            stream_facts: held.facts,
+            stream_empty: held.empty,
+            stream_room: held.room,
+            stream_distinctive: held.distinctive,
             opens_session: false,
         };
         // A clone's room is fitted to what it holds.

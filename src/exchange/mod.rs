@@ -266,6 +266,15 @@ pub struct IdFact {
     pub text: Option<Box<str>>,
 }
 
+impl IdFact {
+    /// The id could name its session in another one: it delivered something (not a priming
+    /// event) and its namespace key is long enough not to be shared by chance (integers and
+    /// short ids never prove a leak).
+    pub fn distinctive(&self) -> bool {
+        !self.priming && self.key_len as usize >= crate::audit::idshape::MIN_DISTINCTIVE_KEY
+    }
+}
+
 /// What makes an event's content worth comparing: it cannot legitimately be sent twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContentKind {
@@ -457,23 +466,51 @@ pub struct ExchangeSummary {
     /// for it (the stage's largest single cost on a HAR of small entries). It fills padding the
     /// summary had.
     pub stream_room: u32,
+    /// Some id the stream's facts keep could name its session elsewhere
+    /// ([`IdFact::distinctive`]), made with them by [`held_stream`]: the session stage's
+    /// index of such ids reads the facts only of the streams that have one, where reading
+    /// every stream's (made on another core, long before) took 3% of a HAR of small entries.
+    pub stream_distinctive: bool,
     /// The exchange began its session: the answer named a session that the request did not
     /// (an `initialize`), or the stream's `endpoint` event did (the 2024-11-05 transport).
     pub opens_session: bool,
 }
 
+/// How the session stage holds the facts of an exchange's stream: the fields of
+/// [`ExchangeSummary`] that [`held_stream`] makes.
+#[derive(Debug, Default, PartialEq)]
+pub struct HeldStream {
+    /// [`ExchangeSummary::stream_facts`].
+    pub facts: Option<Box<StreamSummary>>,
+    /// [`ExchangeSummary::stream_empty`].
+    pub empty: bool,
+    /// [`ExchangeSummary::stream_room`].
+    pub room: u32,
+    /// [`ExchangeSummary::stream_distinctive`].
+    pub distinctive: bool,
+}
+
 /// How the session stage holds the facts of an exchange's stream: a stream that carried
 /// nothing ([`StreamSummary::is_empty`]: every answer of a reconnect loop) keeps no summary of
-/// its own, and reads as [`EMPTY_STREAM`]. Gives [`ExchangeSummary::stream_facts`],
-/// [`ExchangeSummary::stream_empty`] and [`ExchangeSummary::stream_room`].
-pub fn held_stream(summary: Option<Box<StreamSummary>>) -> (Option<Box<StreamSummary>>, bool, u32) {
+/// its own, and reads as [`EMPTY_STREAM`]; what the stage's budget and index need of the facts
+/// is counted here, on the thread that made them.
+pub fn held_stream(summary: Option<Box<StreamSummary>>) -> HeldStream {
     match summary {
-        Some(s) if s.is_empty() => (None, true, 0),
+        Some(s) if s.is_empty() => HeldStream {
+            empty: true,
+            ..HeldStream::default()
+        },
         Some(s) => {
             let room = u32::try_from(s.facts_room()).unwrap_or(u32::MAX);
-            (Some(s), false, room)
+            let distinctive = s.id_facts.iter().any(IdFact::distinctive);
+            HeldStream {
+                facts: Some(s),
+                empty: false,
+                room,
+                distinctive,
+            }
         }
-        None => (None, false, 0),
+        None => HeldStream::default(),
     }
 }
 
@@ -1183,8 +1220,11 @@ impl ExchangeTracker {
             Some((m, t, p, first)) => (Some(m), Some(t), p, Some(first)),
             None => (None, None, None, None),
         };
-        let (stream_facts, stream_empty, stream_room) = match summary {
-            None if empty_stream => (None, true, 0),
+        let held = match summary {
+            None if empty_stream => HeldStream {
+                empty: true,
+                ..HeldStream::default()
+            },
             summary => held_stream(summary),
         };
         self.summaries.push(Box::new(ExchangeSummary {
@@ -1200,9 +1240,10 @@ impl ExchangeTracker {
             response: response.as_ref().map(|r| r.first),
             event_stream,
             end,
-            stream_facts,
-            stream_empty,
-            stream_room,
+            stream_facts: held.facts,
+            stream_empty: held.empty,
+            stream_room: held.room,
+            stream_distinctive: held.distinctive,
             opens_session,
         }));
     }
@@ -2364,8 +2405,12 @@ mod tests {
 
     #[test]
     fn only_a_summary_with_nothing_in_it_is_held_as_empty() {
-        assert_eq!(held_stream(None), (None, false, 0));
-        assert_eq!(held_stream(Some(Box::default())), (None, true, 0));
+        assert_eq!(held_stream(None), HeldStream::default());
+        let empty = HeldStream {
+            empty: true,
+            ..HeldStream::default()
+        };
+        assert_eq!(held_stream(Some(Box::default())), empty);
         let changed: [fn(&mut StreamSummary); 6] = [
             |s| s.events = 1,
             |s| s.gaps = 1,
@@ -2380,10 +2425,49 @@ mod tests {
             change(&mut s);
             // A clone would not keep the room reserved.
             let want = s.clone();
-            let (facts, empty, room) = held_stream(Some(Box::new(s)));
-            assert!(!empty, "{want:?}");
-            assert_eq!(facts.as_deref(), Some(&want));
-            assert_eq!(room as usize, want.facts_room(), "{want:?}");
+            let held = held_stream(Some(Box::new(s)));
+            assert!(!held.empty, "{want:?}");
+            assert!(!held.distinctive, "{want:?}");
+            assert_eq!(held.facts.as_deref(), Some(&want));
+            assert_eq!(held.room as usize, want.facts_room(), "{want:?}");
+        }
+    }
+
+    /// The flag that lets the session stage's index skip a stream's ids: set exactly when
+    /// one of the ids kept is distinctive, whichever place it holds among them.
+    #[test]
+    fn a_held_stream_is_distinctive_when_an_id_it_keeps_is() {
+        let fact = |key_len: usize, priming: bool| IdFact {
+            hash: 1,
+            mark: Mark::default(),
+            event: 0,
+            id_index: 0,
+            priming,
+            integer: false,
+            start: Mark::default(),
+            key: 2,
+            key_len: key_len as u32,
+            text: None,
+        };
+        let long = crate::audit::idshape::MIN_DISTINCTIVE_KEY;
+        let held = |facts: &[IdFact]| {
+            let mut s = StreamSummary::default();
+            for f in facts {
+                s.id_facts.push(f.clone());
+            }
+            held_stream(Some(Box::new(s))).distinctive
+        };
+        assert!(!held(&[]));
+        assert!(!held(&[fact(long - 1, false), fact(0, false)]));
+        // A priming event delivers nothing: its id proves nothing.
+        assert!(!held(&[fact(long, true)]));
+        let n = FACTS_HEAD + FACTS_TAIL + 5;
+        for at in 0..n {
+            let mut facts = vec![fact(0, false); n];
+            facts[at] = fact(long, false);
+            // The ones between the head and the tail are dropped, and with them the flag.
+            let kept = at < FACTS_HEAD || at >= n - FACTS_TAIL;
+            assert_eq!(held(&facts), kept, "distinctive id at {at} of {n}");
         }
     }
 
