@@ -65,7 +65,10 @@ pub trait FactSink: Send {
     );
     /// Exchanges of a HAR document and their resumes, in entry order (each resume in the call
     /// that gives its exchange's summary); the document is over at [`FactSink::finish`].
-    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>);
+    /// Boxed where they are made, as [`FactSink::ended`] takes them: a summary is some 300
+    /// bytes, a resume some 620, and the stage holds each in its own box.
+    #[allow(clippy::vec_box)]
+    fn har(&mut self, resumes: Vec<Box<ResumeRecord>>, xs: Vec<Box<ExchangeSummary>>);
     /// The input is over.
     fn finish(&mut self) -> StageStats;
 }
@@ -120,7 +123,7 @@ impl<S: audit::Sink> FactSink for Reducer<S> {
             s.exchange(Some(key), x, r, &mut self.sink);
         }
     }
-    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+    fn har(&mut self, resumes: Vec<Box<ResumeRecord>>, xs: Vec<Box<ExchangeSummary>>) {
         let (opts, retention) = (&self.opts, self.retention);
         self.har
             .get_or_insert_with(|| audit::HarFeed::new(opts, retention))
@@ -1033,7 +1036,7 @@ impl<W: Write + Send> FactSink for FactsWriter<W> {
         };
         self.put(&f);
     }
-    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+    fn har(&mut self, resumes: Vec<Box<ResumeRecord>>, xs: Vec<Box<ExchangeSummary>>) {
         // Entry by entry (both lists are in entry order): its summary, then its resumes. The
         // lines do not depend on how the entries were grouped into calls (so not on `-j`).
         let mut rs = resumes.iter().peekable();
@@ -1286,6 +1289,7 @@ impl Default for FactsSet {
 
 /// One input's events on their way to its sink: each `seq` once, a HAR document's exchanges
 /// gathered for the one call that takes them.
+#[allow(clippy::vec_box)]
 struct Replay<S> {
     sink: S,
     /// The `seq` of the last event given to the sink.
@@ -1293,8 +1297,8 @@ struct Replay<S> {
     events: u64,
     doubled: u64,
     har: bool,
-    har_x: Vec<ExchangeSummary>,
-    har_r: Vec<ResumeRecord>,
+    har_x: Vec<Box<ExchangeSummary>>,
+    har_r: Vec<Box<ResumeRecord>>,
 }
 
 impl<S: FactSink> Replay<S> {
@@ -1323,8 +1327,8 @@ impl<S: FactSink> Replay<S> {
             Event::Ended(key, x, r) => self.sink.ended(key, x, r),
             Event::Har(x, r) => {
                 self.har = true;
-                self.har_x.extend(x.map(|x| *x));
-                self.har_r.extend(r.map(|r| *r));
+                self.har_x.extend(x);
+                self.har_r.extend(r);
             }
         }
     }
@@ -1797,7 +1801,7 @@ impl FactSink for Log {
         let x = x.map(|x| x.exchange);
         self.0.push(format!("ended {key:?} {x:?} {}", r.is_some()));
     }
-    fn har(&mut self, resumes: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>) {
+    fn har(&mut self, resumes: Vec<Box<ResumeRecord>>, xs: Vec<Box<ExchangeSummary>>) {
         let xs: Vec<u32> = xs.iter().map(|x| x.exchange).collect();
         self.0.push(format!("har {} {xs:?}", resumes.len()));
     }
@@ -2033,8 +2037,8 @@ mod tests {
                     Event::Ended(key, x, r) => log.ended(key, x, r),
                     Event::Har(x, r) => {
                         har = true;
-                        har_x.extend(x.map(|x| *x));
-                        har_r.extend(r.map(|r| *r));
+                        har_x.extend(x);
+                        har_r.extend(r);
                     }
                 }
             }

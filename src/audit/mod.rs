@@ -1424,7 +1424,11 @@ pub fn analyze(
 ) -> (Vec<ResumeRecord>, Outcome) {
     let mut sink = Collected::default();
     let mut feed = HarFeed::new(opts, Retention::UNBOUNDED);
-    feed.add(resumes, xs, &mut sink);
+    feed.add(
+        resumes.into_iter().map(Box::new).collect(),
+        xs.into_iter().map(Box::new).collect(),
+        &mut sink,
+    );
     feed.finish(&mut sink);
     sink.sort();
     let out = Outcome {
@@ -1481,8 +1485,10 @@ pub struct HarFeed {
     window: usize,
     /// The key of the last exchange taken.
     taken: Option<StartKey>,
-    /// Resumes with no summary to audit them against, given out at the end in report order.
-    rest: Vec<ResumeRecord>,
+    /// Resumes with no summary to audit them against, given out at the end in report order
+    /// (in the boxes they were made in, as the sink takes them).
+    #[allow(clippy::vec_box)]
+    rest: Vec<Box<ResumeRecord>>,
     seq: u64,
     late: u64,
 }
@@ -1503,16 +1509,18 @@ impl HarFeed {
 
     /// Exchanges of the input and their resumes, in the order the input holds them; each
     /// resume goes with the summary of its exchange, given in the same call. How the
-    /// exchanges are split into calls does not change what the stage is given.
+    /// exchanges are split into calls does not change what the stage is given. Boxed where
+    /// they were made, they wait and reach the stage without being copied.
+    #[allow(clippy::vec_box)]
     pub fn add<S: Sink + ?Sized>(
         &mut self,
-        resumes: Vec<ResumeRecord>,
-        xs: Vec<ExchangeSummary>,
+        resumes: Vec<Box<ResumeRecord>>,
+        xs: Vec<Box<ExchangeSummary>>,
         sink: &mut S,
     ) {
         // Fx hashing, as `audit_session` does: the keys are the input's own positions and
         // counters, not values it chose (SipHash here took 1.5% of a HAR's reading thread).
-        let mut by_key: HashMap<JoinKey, ResumeRecord, rustc_hash::FxBuildHasher> =
+        let mut by_key: HashMap<JoinKey, Box<ResumeRecord>, rustc_hash::FxBuildHasher> =
             HashMap::with_capacity_and_hasher(resumes.len(), rustc_hash::FxBuildHasher);
         let mut loose = Vec::new();
         for r in resumes {
@@ -1526,14 +1534,10 @@ impl HarFeed {
             let m = x.start();
             let key = (m.time_ns, m.frame, x.exchange, self.seq);
             self.seq += 1;
-            let bytes = held_bytes(&x, r.as_ref());
+            let bytes = held_bytes(&x, r.as_deref());
             self.waiting_bytes += bytes;
-            self.waiting.push(std::cmp::Reverse(Waiting {
-                key,
-                bytes,
-                x: Box::new(x),
-                r: r.map(Box::new),
-            }));
+            self.waiting
+                .push(std::cmp::Reverse(Waiting { key, bytes, x, r }));
             // After each exchange, so that how the input's exchanges are grouped into calls
             // changes nothing.
             while self.waiting_bytes > self.window && self.take_one(sink) {}
@@ -1560,9 +1564,9 @@ impl HarFeed {
     /// sink, and every session still held is audited.
     pub fn finish<S: Sink + ?Sized>(mut self, sink: &mut S) -> StageStats {
         while self.take_one(sink) {}
-        self.rest.sort_by_key(resume_order);
+        self.rest.sort_by_key(|r| resume_order(r));
         for r in std::mem::take(&mut self.rest) {
-            sink.resume(Box::new(r));
+            sink.resume(r);
         }
         let mut stats = self.stage.finish(sink);
         stats.har_entries_late = self.late;
@@ -3745,8 +3749,10 @@ data: "
                 .iter()
                 .filter(|r| keys.contains(&join_of_resume(r)))
                 .cloned()
+                .map(Box::new)
                 .collect();
-            feed.add(rs, part.to_vec(), &mut sink);
+            let xs = part.iter().cloned().map(Box::new).collect();
+            feed.add(rs, xs, &mut sink);
         }
         let stats = feed.finish(&mut sink);
         sink.sort();

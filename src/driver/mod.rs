@@ -2056,8 +2056,10 @@ fn read_har<R: Read>(
     }
     std::thread::scope(|scope| {
         // Bounded, so that a stage slower than the reading holds the reading back.
-        let (to_stage, handed) =
-            mpsc::sync_channel::<(Vec<ResumeRecord>, Vec<ExchangeSummary>)>(HANDED_QUEUED);
+        let (to_stage, handed) = mpsc::sync_channel::<(
+            Vec<Box<ResumeRecord>>,
+            Vec<Box<ExchangeSummary>>,
+        )>(HANDED_QUEUED);
         let stage_sink = &mut *sink;
         let stage = thread_named("sessions", scope, move || {
             for (r, x) in handed {
@@ -2631,7 +2633,7 @@ mod tests {
         ) {
             self.0.push((key.0, key.1, true));
         }
-        fn har(&mut self, _resumes: Vec<ResumeRecord>, _xs: Vec<ExchangeSummary>) {}
+        fn har(&mut self, _resumes: Vec<Box<ResumeRecord>>, _xs: Vec<Box<ExchangeSummary>>) {}
         fn finish(&mut self) -> audit::StageStats {
             audit::StageStats::default()
         }

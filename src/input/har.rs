@@ -177,13 +177,15 @@ impl<R: Read> Read for ZlibInput<R> {
     }
 }
 
-/// What one HAR document gave: its exchanges, ready for the session stage.
+/// What one HAR document gave: its exchanges, ready for the session stage (boxed where the
+/// exchange tracker made them, as [`crate::facts::FactSink::har`] takes them).
 #[derive(Debug, Default)]
+#[allow(clippy::vec_box)]
 pub struct HarExchanges {
     /// Resumes, in entry order.
-    pub resumes: Vec<ResumeRecord>,
+    pub resumes: Vec<Box<ResumeRecord>>,
     /// Exchange summaries for the session stage.
-    pub summaries: Vec<ExchangeSummary>,
+    pub summaries: Vec<Box<ExchangeSummary>>,
     /// Messages for standard error: `(is_error, text)`.
     pub messages: Vec<(bool, String)>,
     pub http_exchanges: u64,
@@ -193,7 +195,7 @@ pub struct HarExchanges {
 
 /// What entries gave, handed on as the document is read: their resumes and exchange
 /// summaries, in entry order, a resume in the same call as its exchange's summary.
-pub type Emit<'e> = dyn FnMut(Vec<ResumeRecord>, Vec<ExchangeSummary>) + 'e;
+pub type Emit<'e> = dyn FnMut(Vec<Box<ResumeRecord>>, Vec<Box<ExchangeSummary>>) + 'e;
 
 /// Reads one HAR document; `name` is how messages cite the input, and its directory is where
 /// `content._file` bodies are looked for. Each entry's resumes and summaries go to `emit` as
@@ -565,10 +567,11 @@ struct EntrySpan {
 
 /// What an entry thread gave for one batch: the batch's place in the order batches were
 /// sent, what its entries added, and how much each added.
+#[allow(clippy::vec_box)]
 struct Done {
     seq: u64,
-    resumes: Vec<ResumeRecord>,
-    summaries: Vec<ExchangeSummary>,
+    resumes: Vec<Box<ResumeRecord>>,
+    summaries: Vec<Box<ExchangeSummary>>,
     messages: Vec<(bool, String)>,
     spans: Vec<EntrySpan>,
 }
@@ -1517,11 +1520,11 @@ impl HarRun<'_> {
                 har_entry: Some(index),
                 tls: None,
             };
-            self.report.resumes.push(*r);
+            self.report.resumes.push(r);
         }
         for mut x in tracker.summaries.drain(..) {
             x.connection.har_entry = Some(index);
-            self.report.summaries.push(*x);
+            self.report.summaries.push(x);
         }
         Ok(())
     }
@@ -1977,7 +1980,7 @@ mod tests {
     /// left in the report, each resume in the same call as its exchange's summary.
     fn exchanges(data: &[u8], cap: usize, threads: usize) -> String {
         let (mut resumes, mut summaries) = (Vec::new(), Vec::new());
-        let mut emit = |rs: Vec<ResumeRecord>, xs: Vec<ExchangeSummary>| {
+        let mut emit = |rs: Vec<Box<ResumeRecord>>, xs: Vec<Box<ExchangeSummary>>| {
             for r in &rs {
                 assert!(
                     xs.iter()
