@@ -462,12 +462,12 @@ fn each_entry<R: Read>(
 const IN_FLIGHT_BYTES: usize = 4 << 20;
 /// Entries smaller than this are handed over together, in batches of about this many bytes
 /// (or [`BATCH_ENTRIES`]), each a lock, a message and perhaps a thread woken, and then a
-/// message to the session stage with what they gave. With the stage on a thread of its own,
-/// batches of 256 KiB took 13% less time than batches of 64 KiB on a HAR of 51,026 entries of
-/// 4 KiB with `-j2`; 512 KiB and 256 entries 17% less, but each hand-over to the stage then
-/// held four times the summaries, and a HAR of 1 KiB entries peaked 9 MiB higher.
-const BATCH_BYTES: usize = 256 << 10;
-const BATCH_ENTRIES: usize = 64;
+/// message to the session stage with what they gave. With `-j2`, batches of 512 KiB and 128
+/// entries took 6–8% less time than 256 KiB and 64 on HARs of 1 KiB, 4 KiB and a browser's
+/// entries, for 2–3 MiB more at the peak (58 MiB on the 1 KiB entries); 1 MiB and 256 took no
+/// less time than 512 KiB and 128, and 3–4 MiB more.
+const BATCH_BYTES: usize = 512 << 10;
+const BATCH_ENTRIES: usize = 128;
 /// Batches analyzed and given back while an earlier one is still being analyzed (a large
 /// entry, say) that the reading thread holds before it waits for that one: what they gave
 /// cannot go on before it, and would otherwise pile up. (One in unit tests, so that they wait
