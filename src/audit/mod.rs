@@ -342,7 +342,10 @@ struct SessionIndex<'a> {
     /// The members whose streams carried ids: the ones a cursor or a namespace can come from
     /// (most exchanges of a long session carry none, and each audit looks at these).
     with_ids: Vec<usize>,
+    /// Every id fact of the members, by hash; built only when resumes are audited
+    /// (`ids_indexed`).
     ids: FactGroups<'a, IdFact>,
+    ids_indexed: bool,
     content: FactGroups<'a, ContentFact>,
     rpc: FactMap<Vec<At<'a, ContentFact>>>,
     /// (run from end, prefix, suffix) → (support, breaks, skips), over all streams of the
@@ -620,6 +623,7 @@ impl<'a> SessionIndex<'a> {
             members,
             with_ids: Vec::new(),
             ids: FactGroups::new(),
+            ids_indexed: resumes,
             content: FactGroups::new(),
             rpc: FactMap::default(),
             shapes: Vec::new(),
@@ -2957,7 +2961,24 @@ fn cursor_lost(xs: &[Box<ExchangeSummary>], ix: &SessionIndex<'_>, out: &mut Vec
         mark: Mark,
         delivered: bool,
     }
+    // The ids the lineage's streams delivered, looked up for a request with a cursor only (a
+    // session without one needs none). With the session's ids indexed, the lineage is kept as
+    // its members, and an id is in it when one of them delivered it: one look-up a cursor,
+    // where a set of the ids read every id of every stream of the lineage, made long before.
+    let cursors = ix.members.iter().any(|&i| xs[i].last_event_id.is_some());
     let mut lineage: HashSet<u64, rustc_hash::FxBuildHasher> = HashSet::default();
+    let mut joined = if ix.ids_indexed {
+        vec![false; xs.len()]
+    } else {
+        Vec::new()
+    };
+    let delivered_in_lineage = |lineage: &HashSet<u64, _>, joined: &[bool], hash: u64| {
+        if ix.ids_indexed {
+            ix.ids.get(hash).iter().any(|(_, (j, _))| joined[*j])
+        } else {
+            lineage.contains(&hash)
+        }
+    };
     let mut held: Option<Held> = None;
     for &i in ix.members {
         let x = &xs[i];
@@ -2981,14 +3002,16 @@ fn cursor_lost(xs: &[Box<ExchangeSummary>], ix: &SessionIndex<'_>, out: &mut Vec
                 true
             }
             Some(l) => {
-                lineage.contains(&fact_hash(&[l.as_bytes()]))
+                delivered_in_lineage(&lineage, &joined, fact_hash(&[l.as_bytes()]))
                     || held.as_ref().is_some_and(|h| &h.id == l)
             }
         };
         if !joins {
             continue;
         }
-        if let Some(s) = x.stream() {
+        if ix.ids_indexed {
+            joined[i] = true;
+        } else if cursors && let Some(s) = x.stream() {
             lineage.extend(s.id_facts.iter().map(|f| f.hash));
         }
         let delivered = x.stream().and_then(|s| s.last_id.as_ref());
@@ -3981,6 +4004,46 @@ data: "
             resumes[0].forensic.id_shape.as_deref(),
             Some("{stream}_{seq}")
         );
+    }
+
+    #[test]
+    fn cursor_lost_finds_the_same_with_the_ids_indexed_or_not() {
+        // Reconnects with and without cursors, ids that repeat across streams and cursors that
+        // name ids of streams outside the lineage, chosen by a fixed sequence.
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        let mut lost = 0;
+        for _ in 0..200 {
+            let mut c = Cap::default();
+            for _ in 0..1 + next(8) {
+                let ids: Vec<String> = (0..next(3)).map(|_| format!("e{}", next(6))).collect();
+                let events: Vec<(&str, &str)> = ids.iter().map(|i| (i.as_str(), MSG)).collect();
+                let last = (next(3) > 0).then(|| format!("e{}", next(7)));
+                let method = if next(5) == 0 { "POST" } else { "GET" };
+                c.ex(method, "s", last.as_deref(), 200, &events);
+            }
+            let xs: Vec<Box<ExchangeSummary>> = c.xs.into_iter().map(Box::new).collect();
+            let members: Vec<usize> = (0..xs.len()).collect();
+            let found = |indexed: bool| {
+                let ix = SessionIndex::build(&xs, &members, indexed);
+                assert_eq!(ix.ids_indexed, indexed);
+                let mut out = Vec::new();
+                cursor_lost(&xs, &ix, &mut out);
+                out.iter()
+                    .map(|f| (f.kind, f.detail.clone()))
+                    .collect::<Vec<_>>()
+            };
+            let (with, without) = (found(true), found(false));
+            assert_eq!(with, without);
+            lost += with.len();
+        }
+        // The sequence makes cursors lost, not only sessions without findings.
+        assert!(lost > 20, "{lost}");
     }
 
     #[test]
