@@ -397,7 +397,11 @@ impl<'a, F> FactGroups<'a, F> {
     /// The facts of `hash`, in the order pushed (after [`FactGroups::seal`]).
     fn get(&self, hash: u64) -> &[(u64, At<'a, F>)] {
         let lo = self.entries.partition_point(|e| e.0 < hash);
-        let n = self.entries[lo..].partition_point(|e| e.0 == hash);
+        // Counted, not searched: most hashes have one fact or none, and callers read them all.
+        let n = self.entries[lo..]
+            .iter()
+            .take_while(|e| e.0 == hash)
+            .count();
         &self.entries[lo..lo + n]
     }
 }
