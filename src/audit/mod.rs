@@ -459,7 +459,7 @@ fn shows_end(x: &ExchangeSummary) -> bool {
 fn decimal_offer(s: &StreamSummary, before: u64) -> Option<(&str, Mark)> {
     match &s.max_int_id {
         Some(m) if m.mark.frame < before => Some((m.text.as_str(), m.mark)),
-        _ => last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m))),
+        _ => last_id_before(s, before).and_then(|(_, m, t)| Some((t?, m))),
     }
 }
 
@@ -826,6 +826,16 @@ fn order_ids(ix: &SessionIndex<'_>, opts: &Options, a: &str, b: &str) -> Option<
 struct Link<'a> {
     x: usize,
     fact: &'a IdFact,
+}
+
+/// The lists an audit of one resume fills and reads, kept for the next resume of the session
+/// rather than made for each: a reconnect storm audits tens of resumes a session.
+#[derive(Default)]
+struct Scratch<'a> {
+    /// The resume's lineage ([`lineage`]).
+    links: Vec<Link<'a>>,
+    /// The ids the resumed stream delivered, priming events left out.
+    resumed_ids: Vec<&'a IdFact>,
 }
 
 /// The first delivery of a distinctive id, for the cross-session check.
@@ -1723,9 +1733,10 @@ fn audit_session(
         }));
         let mut ix = SessionIndex::build(&xs, members, !audited.is_empty());
         ix.unread = unread;
+        let mut scratch = Scratch::default();
         for &(xi, ri) in &audited {
             let r = &mut resumes[ri];
-            audit_resume(&xs, &ix, cross, opts, xi, r);
+            audit_resume(&xs, &ix, cross, opts, xi, r, &mut scratch);
             if let Some(h) = &hops {
                 r.forensic.hop = Some(level);
                 r.forensic.relays = h.relays[xi]
@@ -1856,8 +1867,9 @@ fn lineage<'a>(
     resumed: usize,
     last_event_id: &str,
     before: Mark,
-) -> Vec<Link<'a>> {
-    let mut links: Vec<Link<'a>> = Vec::new();
+    links: &mut Vec<Link<'a>>,
+) {
+    links.clear();
     let mut hash = fact_hash(&[last_event_id.as_bytes()]);
     let mut before = before;
     // The resumed stream and those already on the lineage (at most MAX_LINEAGE), in an array
@@ -1888,7 +1900,6 @@ fn lineage<'a>(
             _ => break,
         }
     }
-    links
 }
 
 /// Whether a delivery at `at` on exchange `x` came before the request at `request`, for
@@ -2267,17 +2278,23 @@ fn audit_resume<'a>(
     opts: &Options,
     xi: usize,
     r: &mut ResumeRecord,
+    scratch: &mut Scratch<'a>,
 ) {
     let x = &xs[xi];
     let req = r.request;
-    let links = lineage(xs, ix, xi, &r.last_event_id, req);
+    lineage(xs, ix, xi, &r.last_event_id, req, &mut scratch.links);
+    let links = &scratch.links[..];
     let stream = x.stream();
-    let resumed_ids: Vec<&IdFact> = stream
-        .map(|s| s.id_facts.iter().filter(|f| !f.priming).collect())
-        .unwrap_or_default();
+    scratch.resumed_ids.clear();
+    if let Some(s) = stream {
+        scratch
+            .resumed_ids
+            .extend(s.id_facts.iter().filter(|f| !f.priming));
+    }
+    let resumed_ids = &scratch.resumed_ids[..];
     let resumed_content = stream.into_iter().flat_map(|s| s.content.iter());
 
-    let red = find_redeliveries(ix, &links, xi, &resumed_ids, resumed_content);
+    let red = find_redeliveries(ix, links, xi, resumed_ids, resumed_content);
 
     decide_opaque(xs, ix, opts, xi, r, &red);
 
@@ -2297,7 +2314,7 @@ fn audit_resume<'a>(
     let mut findings = Vec::new();
 
     // The client's cursor.
-    let cursor = audit_cursor(xs, ix, opts, xi, &r.last_event_id, req.frame, &links);
+    let cursor = audit_cursor(xs, ix, opts, xi, &r.last_event_id, req.frame, links);
     match cursor.status {
         CursorStatus::Stale => findings.push(finding(
             FindingKind::CursorStale,
@@ -2379,11 +2396,11 @@ fn audit_resume<'a>(
             ],
         ));
     }
-    if let Some(mut leak) = cross_session(xs, ix, cross, xi, &resumed_ids, req.frame) {
+    if let Some(mut leak) = cross_session(xs, ix, cross, xi, resumed_ids, req.frame) {
         leak.resume = Some(at_resume.clone());
         findings.push(leak);
     }
-    symptoms(xs, ix, opts, xi, r, &links, &mut findings);
+    symptoms(xs, ix, opts, xi, r, links, &mut findings);
     r.forensic.findings = findings;
 }
 
@@ -2416,12 +2433,7 @@ fn text_with_number(prefix: &str, mut n: u64, suffix: &str) -> String {
 }
 
 /// The last id a stream delivered before `before`, with its text when the summary has it.
-fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<String>)> {
-    last_id_before_ref(s, before).map(|(i, m, t)| (i, m, t.map(str::to_string)))
-}
-
-/// [`last_id_before`], its text borrowed.
-fn last_id_before_ref(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<&str>)> {
+fn last_id_before(s: &StreamSummary, before: u64) -> Option<(u64, Mark, Option<&str>)> {
     if let Some(l) = &s.last_id
         && l.mark.frame < before
     {
@@ -2463,7 +2475,7 @@ fn audit_cursor<'a>(
                         link.fact.mark.frame,
                         xs[j].start().frame
                     ),
-                    last_delivered_id: text,
+                    last_delivered_id: text.map(str::to_string),
                     behind_by: None,
                     cites: vec![from, cite(&xs[j], "capture_loss", xs[j].start())],
                 };
@@ -2475,10 +2487,10 @@ fn audit_cursor<'a>(
                      the wire on that stream before the resume (the last, {}, at frame {}): the \
                      client did not keep them, or they never reached it",
                     link.fact.mark.frame,
-                    text.as_deref().unwrap_or("?"),
+                    text.unwrap_or("?"),
                     mark.frame
                 ),
-                last_delivered_id: text,
+                last_delivered_id: text.map(str::to_string),
                 behind_by: Some(behind),
                 cites: vec![from, cite(&xs[link.x], "last_id_delivered", mark)],
             };
@@ -2637,7 +2649,7 @@ fn highest_sent<'a>(
         let candidate = if integer {
             decimal_offer(s, before)
         } else {
-            last_id_before_ref(s, before).and_then(|(_, m, t)| Some((t?, m)))
+            last_id_before(s, before).and_then(|(_, m, t)| Some((t?, m)))
         };
         let Some((text, mark)) = candidate else {
             continue;
