@@ -18,6 +18,7 @@
 //! third of the session stage's work, and the stage is then the busiest thread: the workers
 //! fill its queue and wait, and one core idles while it catches up.
 
+use std::collections::VecDeque;
 use std::sync::mpsc;
 
 use crate::audit::{self, Finding, SessionView};
@@ -97,21 +98,18 @@ pub fn on_report_thread<T>(
         let (to_report, batches) = mpsc::sync_channel::<Vec<Record>>(QUEUED);
         let (give_back, emptied) = mpsc::channel::<Vec<Record>>();
         let report = crate::driver::thread_named("report", scope, move || {
-            for mut batch in batches {
-                let mut records = batch.drain(..).peekable();
-                while let Some(r) = records.next() {
-                    // Written on the stage's core: the next record is asked for while
-                    // this one is written out.
-                    if let Some(Record::Resume(next)) = records.peek() {
-                        crate::cache::prefetch(&**next);
-                    }
+            for batch in batches {
+                let mut records = VecDeque::from(batch);
+                while let Some(r) = records.pop_front() {
+                    ask_ahead(&records);
                     match r {
                         Record::Resume(r) => sink.resume(r),
                         Record::Finding(f) => sink.finding(f),
                         Record::View(v) => sink.view(v),
                     }
                 }
-                drop(records);
+                // Empty: its room comes back with no move of records.
+                let batch = Vec::from(records);
                 // The stage may be gone already, its last batch sent.
                 let _ = give_back.send(batch);
             }
@@ -129,6 +127,45 @@ pub fn on_report_thread<T>(
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         out
     })
+}
+
+/// Asks for the records next in line while one is written out: they were made on other cores
+/// (the resume on a worker, its audit on the stage's), so each part is a read from afar. Each
+/// level is found through the one asked for a record earlier, so that no step waits on the
+/// read the step before started: the record three ahead is asked for itself; two ahead, its
+/// strings and its cursor; the next one, its cursor's strings and citations.
+fn ask_ahead(records: &VecDeque<Record>) {
+    use crate::cache::{prefetch, prefetch_bytes};
+    if let Some(Record::Resume(r)) = records.get(2) {
+        prefetch(&**r);
+    }
+    if let Some(Record::Resume(r)) = records.get(1) {
+        for s in [
+            r.session_id.as_deref(),
+            Some(r.last_event_id.as_str()),
+            r.first_event_id.as_deref(),
+            Some(&*r.target),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            prefetch_bytes(s.as_bytes());
+        }
+        if let Some(c) = &r.forensic.cursor {
+            prefetch(&**c);
+        }
+    }
+    if let Some(Record::Resume(r)) = records.front()
+        && let Some(c) = &r.forensic.cursor
+    {
+        prefetch_bytes(c.detail.as_bytes());
+        if let Some(id) = &c.last_delivered_id {
+            prefetch_bytes(id.as_bytes());
+        }
+        if let Some(first) = c.cites.first() {
+            prefetch(first);
+        }
+    }
 }
 
 #[cfg(test)]
