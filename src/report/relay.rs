@@ -133,7 +133,7 @@ pub fn on_report_thread<T>(
 /// (the resume on a worker, its audit on the stage's), so each part is a read from afar. Each
 /// level is found through the one asked for a record earlier, so that no step waits on the
 /// read the step before started: the record three ahead is asked for itself; two ahead, its
-/// strings and its cursor; the next one, its cursor's strings and citations.
+/// strings and its cursor; the next one, its cursor's strings and first citation.
 fn ask_ahead(records: &VecDeque<Record>) {
     use crate::cache::{prefetch, prefetch_bytes};
     if let Some(Record::Resume(r)) = records.get(2) {
