@@ -18,7 +18,7 @@ pub(crate) fn prefetch<T>(value: &T) {
 }
 
 /// Asks for the first cache line of `bytes` (most of the strings a record points at fit in
-/// one): a hint that costs nothing for an empty slice, whose address is never read.
+/// one). An empty slice's address points at nothing; asking for it is harmless.
 #[inline(always)]
 pub(crate) fn prefetch_bytes(bytes: &[u8]) {
     prefetch_line(bytes.as_ptr());
@@ -33,9 +33,9 @@ fn lines(size: usize) -> usize {
 fn prefetch_line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `prefetcht0` is a hint: it reads nothing the program sees and never faults,
-    // whatever the address (here always one inside a live value). The intrinsic is `unsafe`
-    // only because it is declared for SSE as a target feature, which every x86_64 processor
-    // has.
+    // whatever the address (here one inside a live value, or an empty slice's dangling one).
+    // The intrinsic is `unsafe` only because it is declared for SSE as a target feature,
+    // which every x86_64 processor has.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
     };
