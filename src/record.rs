@@ -201,7 +201,8 @@ pub struct ResponseHead {
     pub status: u16,
     /// `Content-Type` as sent, whole (parameters included).
     pub content_type: Option<HeadText>,
-    /// `Mcp-Session-Id` as sent by the server.
+    /// `Mcp-Session-Id` as sent by the server; `None` also when it repeats the one the
+    /// exchange's request sent, as [`HttpSink::request_named`] tells (a parser may ask).
     pub session_id: Option<String>,
     /// `Content-Encoding` as sent, when any.
     pub content_encoding: Option<String>,
@@ -286,6 +287,12 @@ pub trait HttpSink {
     fn request(&mut self, head: RequestHead);
     /// A final response head was parsed.
     fn response(&mut self, head: ResponseHead);
+    /// Whether the request of `exchange` sent `session_id` as its `Mcp-Session-Id`: an answer
+    /// that repeats it need not carry a copy of its own (an allocation an exchange, as nearly
+    /// every answer repeats it). False when the sink does not know.
+    fn request_named(&self, _exchange: u32, _session_id: &[u8]) -> bool {
+        false
+    }
     /// The next decoded bytes of the response body of `exchange`.
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark);
     /// `len` bytes of the body are missing (0 when the count is not known after decoding).

@@ -659,7 +659,7 @@ impl HttpConnection {
             exchange,
             method: head_text(method),
             target: head_text(request.path.unwrap_or_default()),
-            session_id: facts.session_id,
+            session_id: facts.session_id.map(text),
             last_event_id: facts.last_event_id,
             protocol_version: facts.protocol_version,
             first,
@@ -737,11 +737,15 @@ impl HttpConnection {
             .content_encoding
             .as_deref()
             .map_or(ContentCoding::Identity, ContentCoding::parse);
+        let session_id = facts
+            .session_id
+            .filter(|sid| !sink.request_named(exchange, sid))
+            .map(text);
         sink.response(ResponseHead {
             exchange,
             status,
             content_type: facts.content_type,
-            session_id: facts.session_id,
+            session_id,
             content_encoding: facts.content_encoding,
             first,
             complete: mark,
@@ -1388,22 +1392,23 @@ fn parse_decimal(digits: &[u8]) -> Option<u64> {
 
 /// The header facts this stage and later ones use.
 #[derive(Debug, Default)]
-struct HeadFacts {
+struct HeadFacts<'h> {
     content_length: ContentLength,
     /// `Some(true)` when the last transfer coding is chunked, `Some(false)` for another
     /// last coding, `None` without Transfer-Encoding.
     transfer_chunked: Option<bool>,
     content_type: Option<HeadText>,
     content_encoding: Option<String>,
-    session_id: Option<String>,
+    /// As sent: an answer's is copied only when its request did not send the same.
+    session_id: Option<&'h [u8]>,
     last_event_id: Option<String>,
     protocol_version: Option<HeadText>,
     /// `Upgrade` names `h2c`.
     upgrade_h2c: bool,
 }
 
-impl HeadFacts {
-    fn from_headers(headers: &[httparse::Header<'_>]) -> HeadFacts {
+impl<'h> HeadFacts<'h> {
+    fn from_headers(headers: &[httparse::Header<'h>]) -> HeadFacts<'h> {
         let mut facts = HeadFacts::default();
         for header in headers {
             let name = header.name.as_bytes();
@@ -1414,7 +1419,7 @@ impl HeadFacts {
                     facts.content_length = facts.content_length.add_field(value);
                 }
                 14 if name_is(name, b"mcp-session-id") => {
-                    facts.session_id.get_or_insert_with(|| text(value));
+                    facts.session_id.get_or_insert(value);
                 }
                 17 if name_is(name, b"transfer-encoding") => {
                     let last = value
@@ -3674,6 +3679,31 @@ mod tests {
             ["anomaly Resynchronized", "anomaly UnpairedResponse"]
         );
         assert_eq!(summary(&rec.events)[3..], ["body 0 z", "end 0 Complete"]);
+    }
+
+    #[test]
+    fn an_answer_repeating_its_requests_session_id_carries_no_copy_when_the_sink_knows_it() {
+        let exchange = |knows: bool, answer_sid: &str| {
+            let mut conn = HttpConnection::new(&Limits::default(), true);
+            let mut rec = Recorder {
+                knows_requests: knows,
+                ..Recorder::default()
+            };
+            let request = b"GET /mcp HTTP/1.1\r\nMcp-Session-Id: abc\r\n\r\n";
+            conn.data(C, request, Mark::default(), &mut rec);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nmcp-session-id: {answer_sid}\r\nContent-Length: 0\r\n\r\n"
+            );
+            conn.data(S, answer.as_bytes(), Mark::default(), &mut rec);
+            let r = responses(&rec.events);
+            assert_eq!(r.len(), 1);
+            r[0].session_id.clone()
+        };
+        // The sink knows the request sent it: nothing to copy.
+        assert_eq!(exchange(true, "abc"), None);
+        // Another id, or a sink that does not know: the answer's own copy.
+        assert_eq!(exchange(true, "abd").as_deref(), Some("abd"));
+        assert_eq!(exchange(false, "abc").as_deref(), Some("abc"));
     }
 
     // ----- properties -----

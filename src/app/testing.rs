@@ -21,6 +21,9 @@ pub(crate) enum Event {
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub(crate) events: Vec<Event>,
+    /// Answers [`HttpSink::request_named`] from the requests recorded, as the exchange
+    /// tracker does; otherwise it does not know, as a sink need not.
+    pub(crate) knows_requests: bool,
 }
 
 impl HttpSink for Recorder {
@@ -29,6 +32,13 @@ impl HttpSink for Recorder {
     }
     fn response(&mut self, head: ResponseHead) {
         self.events.push(Event::Response(head));
+    }
+    fn request_named(&self, exchange: u32, session_id: &[u8]) -> bool {
+        self.knows_requests
+            && self.events.iter().any(|e| {
+                matches!(e, Event::Request(h) if h.exchange == exchange
+                    && h.session_id.as_deref().map(str::as_bytes) == Some(session_id))
+            })
     }
     fn body(&mut self, exchange: u32, bytes: &[u8], mark: Mark) {
         assert!(!bytes.is_empty(), "empty body piece");

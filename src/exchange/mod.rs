@@ -1027,6 +1027,13 @@ impl ExchangeTracker {
     }
 
     /// The open exchange `exchange`, if there is one.
+    fn get_ref(&self, exchange: u32) -> Option<&OpenExchange> {
+        match &self.hot {
+            Some((n, ex)) if *n == exchange => Some(ex),
+            _ => self.open.as_ref()?.get(&exchange).map(|ex| &**ex),
+        }
+    }
+
     fn get(&mut self, exchange: u32) -> Option<&mut OpenExchange> {
         match &mut self.hot {
             Some((n, ex)) if *n == exchange => Some(ex),
@@ -2199,6 +2206,12 @@ impl HttpSink for ExchangeTracker {
         self.entry(n).request = Some(head);
     }
 
+    fn request_named(&self, exchange: u32, session_id: &[u8]) -> bool {
+        self.get_ref(exchange)
+            .and_then(|ex| ex.request.as_ref()?.session_id.as_deref())
+            .is_some_and(|named| named.as_bytes() == session_id)
+    }
+
     fn response(&mut self, head: ResponseHead) {
         self.note_session(&head.session_id);
         let n = head.exchange;
@@ -2290,6 +2303,25 @@ mod tests {
 
     /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
     /// made once and updated in place) once one does not.
+    #[test]
+    fn request_named_is_the_open_requests_session_id_byte_for_byte() {
+        let mut t = ExchangeTracker::new(&Limits::default());
+        for (exchange, sid) in [(0, Some("s-1")), (1, None)] {
+            t.request(RequestHead {
+                exchange,
+                method: "GET".into(),
+                target: "/mcp".into(),
+                session_id: sid.map(String::from),
+                ..RequestHead::default()
+            });
+        }
+        assert!(t.request_named(0, b"s-1"));
+        assert!(!t.request_named(0, b"s-2"));
+        assert!(!t.request_named(0, b"S-1"));
+        assert!(!t.request_named(1, b"s-1"));
+        assert!(!t.request_named(2, b"s-1"));
+    }
+
     #[test]
     fn the_highest_id_is_kept_past_64_bits() {
         let mut max = MaxInt::default();
