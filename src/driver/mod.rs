@@ -35,7 +35,7 @@ use crate::app::{AppCtx, Coverage, Unread};
 use crate::audit::verdict::{LimitHit, Verdict};
 use crate::audit::{self, Finding, SessionView};
 use crate::exchange::{
-    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, SessionSet, TlsInfo,
+    ConnectionRef, ExchangeSummary, ExchangeTracker, ResumeRecord, SessionName, SessionSet, TlsInfo,
 };
 use crate::facts::{FactSink, FactsSet, FactsWriter, Reducer};
 use crate::input::capture::{self, CaptureReader, InputKind, Record, Records};
@@ -610,7 +610,7 @@ enum ShardMsg {
 #[derive(Debug)]
 enum StageEvent {
     /// Its request named session `0`.
-    Opened(String),
+    Opened(SessionName),
     /// It is over: its summary (when kept) and its resume (when it is one). Boxed, so that
     /// the events queued between threads stay small.
     Ended(Option<Box<ExchangeSummary>>, Option<Box<ResumeRecord>>),
@@ -754,7 +754,7 @@ struct Shard {
     lists: Lists,
     /// The (empty) list of opened sessions of the last connection closed, for the next one
     /// opened: a list of its own cost every connection of a reconnect storm an allocation.
-    spare_opened: Vec<(u32, String)>,
+    spare_opened: Vec<(u32, SessionName)>,
     /// What the report says of the TLS of the last connection described.
     tls_infos: TlsInfos,
 }
@@ -2644,7 +2644,7 @@ mod tests {
             frame,
             stream,
             exchange: 0,
-            event: StageEvent::Opened(String::new()),
+            event: StageEvent::Opened(SessionName::new("")),
         }
     }
 

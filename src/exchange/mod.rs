@@ -925,7 +925,7 @@ pub struct ExchangeTracker {
     pub session_ids: SessionHashes,
     /// Exchanges whose request named a session (header or URL), as requests are seen: the
     /// session stage knows from them which sessions are still active.
-    pub opened: Vec<(u32, String)>,
+    pub opened: Vec<(u32, SessionName)>,
     /// Anomalies the parsers recovered from, up to a bound.
     pub anomalies: Vec<(Anomaly, Mark)>,
     /// Exchanges (requests or responses) seen.
@@ -945,6 +945,40 @@ pub struct ExchangeTracker {
     /// direction missing, or an answer that could not be paired with a request), and no
     /// session can be named for them.
     pub unattributed_loss: bool,
+}
+
+/// A session id as a request named it, on its way to the session stage. Held in place when
+/// it is as short as session ids nearly always are (a UUID's text is 36 bytes): naming it then
+/// costs the worker no allocation, and the stage no release of memory another thread holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionName {
+    /// Up to [`SessionName::SHORT`] bytes.
+    Short(arrayvec::ArrayString<{ SessionName::SHORT }>),
+    /// Longer.
+    Long(Box<str>),
+}
+
+impl SessionName {
+    /// The longest name held in place.
+    pub const SHORT: usize = 40;
+
+    /// `name`, held in place when it is short enough.
+    pub fn new(name: &str) -> Self {
+        match arrayvec::ArrayString::from(name) {
+            Ok(short) => SessionName::Short(short),
+            Err(_) => SessionName::Long(name.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for SessionName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            SessionName::Short(s) => s,
+            SessionName::Long(s) => s,
+        }
+    }
 }
 
 /// Where a connection's HTTP stage lost messages.
@@ -993,7 +1027,7 @@ impl ExchangeTracker {
     }
 
     /// Gives the tracker `room` (an empty list) for the sessions its requests open.
-    pub fn with_opened(mut self, room: Vec<(u32, String)>) -> Self {
+    pub fn with_opened(mut self, room: Vec<(u32, SessionName)>) -> Self {
         debug_assert!(room.is_empty());
         self.opened = room;
         self
@@ -2193,8 +2227,11 @@ impl HttpSink for ExchangeTracker {
         if self.keep_summaries
             && let Some(sid) = head
                 .session_id
-                .clone()
-                .or_else(|| jsonrpc::session_from_url(head.target.as_bytes()))
+                .as_deref()
+                .map(SessionName::new)
+                .or_else(|| {
+                    jsonrpc::session_from_url(head.target.as_bytes()).map(|s| SessionName::new(&s))
+                })
         {
             if self.opened.capacity() == 0 {
                 // Emptied after every packet: one slot is nearly always enough, where a first
@@ -2303,6 +2340,25 @@ mod tests {
 
     /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
     /// made once and updated in place) once one does not.
+    #[test]
+    fn a_session_name_is_held_in_place_up_to_its_bound_and_is_the_text_it_was_given() {
+        let short = "0".repeat(SessionName::SHORT);
+        let long = "0".repeat(SessionName::SHORT + 1);
+        // A name of multi-byte characters whose bytes pass the bound, though not its count.
+        let wide = "é".repeat(SessionName::SHORT / 2 + 1);
+        for (name, in_place) in [
+            ("", true),
+            ("4f3c2a9e-8b1d-4c6e-9f0a-7d5b3e2c1a08", true),
+            (short.as_str(), true),
+            (long.as_str(), false),
+            (wide.as_str(), false),
+        ] {
+            let n = SessionName::new(name);
+            assert_eq!(&*n, name);
+            assert_eq!(matches!(n, SessionName::Short(_)), in_place, "{name}");
+        }
+    }
+
     #[test]
     fn request_named_is_the_open_requests_session_id_byte_for_byte() {
         let mut t = ExchangeTracker::new(&Limits::default());
