@@ -752,12 +752,19 @@ struct Shard {
     /// at once, several KiB each), and fresh room at every exchange cost two large
     /// allocations per exchange.
     lists: Lists,
-    /// The (empty) list of opened sessions of the last connection closed, for the next one
-    /// opened: a list of its own cost every connection of a reconnect storm an allocation.
-    spare_opened: Vec<(u32, SessionName)>,
+    /// Emptied lists of opened sessions of connections closed, for the next ones opened: a
+    /// list of its own cost every connection of a reconnect storm an allocation, and one
+    /// spare list left a third of them without (their connections overlap). Lent per call as
+    /// the other lists are, they cost every packet three more words swapped each way.
+    spare_opened: Vec<Vec<(u32, SessionName)>>,
     /// What the report says of the TLS of the last connection described.
     tls_infos: TlsInfos,
 }
+
+/// Emptied lists of opened sessions a shard keeps for connections to come, at most.
+const SPARE_OPENED_LISTS: usize = 256;
+/// The room of a list of opened sessions kept for another connection, at most.
+const SPARE_OPENED_ROOM: usize = 4;
 
 /// Emptied resume and summary lists, with their room: the tracker's lists, whose records are
 /// boxed where it makes them (see `ExchangeTracker::resumes`).
@@ -810,7 +817,7 @@ impl Shard {
                 tcp: TcpConnection::new(&self.limits),
                 app: AppStack::new(from_start),
                 tracker: ExchangeTracker::new(&self.limits)
-                    .with_opened(std::mem::take(&mut self.spare_opened)),
+                    .with_opened(self.spare_opened.pop().unwrap_or_default()),
                 endpoints,
                 bytes: 0,
                 tls: None,
@@ -930,8 +937,14 @@ impl Shard {
         let frame = if self.finishing { END_OF_INPUT } else { at };
         drain(stream, &mut c, frame, &mut self.events, &mut self.tls_infos);
         self.lists.take_back(&mut c.tracker);
-        if c.tracker.opened.is_empty() {
-            self.spare_opened = std::mem::take(&mut c.tracker.opened);
+        // Lists kept only while few and small: a burst of requests in one packet leaves a
+        // long one, which goes with its connection.
+        if c.tracker.opened.is_empty()
+            && c.tracker.opened.capacity() <= SPARE_OPENED_ROOM
+            && self.spare_opened.len() < SPARE_OPENED_LISTS
+        {
+            self.spare_opened
+                .push(std::mem::take(&mut c.tracker.opened));
         }
         let t = c.tcp.stats();
         self.stats.tcp_connections += 1;
