@@ -1060,7 +1060,7 @@ impl ExchangeTracker {
         }
     }
 
-    /// The open exchange `exchange`, if there is one.
+    /// The open exchange `exchange`, if there is one, to read.
     fn get_ref(&self, exchange: u32) -> Option<&OpenExchange> {
         match &self.hot {
             Some((n, ex)) if *n == exchange => Some(ex),
@@ -1068,6 +1068,7 @@ impl ExchangeTracker {
         }
     }
 
+    /// The open exchange `exchange`, if there is one.
     fn get(&mut self, exchange: u32) -> Option<&mut OpenExchange> {
         match &mut self.hot {
             Some((n, ex)) if *n == exchange => Some(ex),
@@ -2338,8 +2339,6 @@ pub fn is_integer_id(id: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
-    /// made once and updated in place) once one does not.
     #[test]
     fn a_session_name_is_held_in_place_up_to_its_bound_and_is_the_text_it_was_given() {
         let short = "0".repeat(SessionName::SHORT);
@@ -2378,6 +2377,8 @@ mod tests {
         assert!(!t.request_named(2, b"s-1"));
     }
 
+    /// The highest integer id: by value while ids fit 64 bits, then as decimal text (boxed,
+    /// made once and updated in place) once one does not.
     #[test]
     fn the_highest_id_is_kept_past_64_bits() {
         let mut max = MaxInt::default();
