@@ -935,6 +935,9 @@ pub struct ExchangeTracker {
     /// See `facts_dropped`.
     pub summaries_dropped: u64,
     keep_summaries: bool,
+    /// Sessions requests name are listed in [`ExchangeTracker::opened`]: not where no stage
+    /// hears of a request before its exchange is over (a HAR entry).
+    list_opened: bool,
     /// The connection was evicted (`Limits::max_connections`) while exchanges were open.
     evicted: bool,
     /// Where the HTTP stage lost messages, if it ever did: boxed when it first does (a clean
@@ -1011,6 +1014,7 @@ impl ExchangeTracker {
             facts_dropped: 0,
             summaries_dropped: 0,
             keep_summaries: true,
+            list_opened: true,
             evicted: false,
             lost: None,
             unattributed_loss: false,
@@ -1030,6 +1034,13 @@ impl ExchangeTracker {
     pub fn with_opened(mut self, room: Vec<(u32, SessionName)>) -> Self {
         debug_assert!(room.is_empty());
         self.opened = room;
+        self
+    }
+
+    /// Lists no sessions in [`ExchangeTracker::opened`]: for exchanges over before the
+    /// session stage hears of them.
+    pub fn without_opened(mut self) -> Self {
+        self.list_opened = false;
         self
     }
 
@@ -2226,6 +2237,7 @@ impl HttpSink for ExchangeTracker {
         self.note_session(&head.session_id);
         let n = head.exchange;
         if self.keep_summaries
+            && self.list_opened
             && let Some(sid) = head
                 .session_id
                 .as_deref()
@@ -2355,6 +2367,25 @@ mod tests {
             let n = SessionName::new(name);
             assert_eq!(&*n, name);
             assert_eq!(matches!(n, SessionName::Short(_)), in_place, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_tracker_without_opened_lists_no_session_its_requests_name() {
+        for (tracker, listed) in [
+            (ExchangeTracker::new(&Limits::default()), 1),
+            (ExchangeTracker::new(&Limits::default()).without_opened(), 0),
+        ] {
+            let mut t = tracker;
+            t.request(RequestHead {
+                exchange: 0,
+                method: "GET".into(),
+                target: "/mcp".into(),
+                session_id: Some("s-1".into()),
+                ..RequestHead::default()
+            });
+            assert_eq!(t.opened.len(), listed);
+            assert!(t.request_named(0, b"s-1"));
         }
     }
 

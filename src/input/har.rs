@@ -1448,7 +1448,9 @@ impl HarRun<'_> {
             .ok()
             .filter(|s| *s <= 999)
             .ok_or_else(|| format!("response.status {} is not an HTTP status", resp.status))?;
-        let mut tracker = ExchangeTracker::new(self.limits);
+        // No session stage hears of the entry's request before the entry is over: the list of
+        // sessions requests open, made for it, would only be dropped.
+        let mut tracker = ExchangeTracker::new(self.limits).without_opened();
         tracker.request(head);
         let mut outcome = BodyOutcome {
             how: BodyEnd::Complete,
@@ -1470,6 +1472,9 @@ impl HarRun<'_> {
             );
             let content_type =
                 content_type.or(resp.content.mime_type.as_deref().filter(|m| !m.is_empty()));
+            // An answer repeating its request's session id is not copied (the tracker takes the
+            // request's); being the same bytes, it passed the same length check.
+            let session_id = session_id.filter(|sid| !tracker.request_named(0, sid.as_bytes()));
             let head = ResponseHead {
                 exchange: 0,
                 status,
