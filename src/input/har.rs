@@ -1473,7 +1473,7 @@ impl HarRun<'_> {
             let content_type =
                 content_type.or(resp.content.mime_type.as_deref().filter(|m| !m.is_empty()));
             // An answer repeating its request's session id is not copied (the tracker takes the
-            // request's); being the same bytes, it passed the same length check.
+            // request's); being the request's bytes, it would pass the length check theirs did.
             let session_id = session_id.filter(|sid| !tracker.request_named(0, sid.as_bytes()));
             let head = ResponseHead {
                 exchange: 0,
