@@ -299,7 +299,7 @@ fn finish(raw: &[u8], at: usize, end: usize, out: &[u8]) -> Option<usize> {
     let (control, wide) = literal.iter().fold((false, false), |(c, w), &b| {
         (c | (b < 0x20), w | (b >= 0x80))
     });
-    if control || (wide && std::str::from_utf8(out).is_err()) {
+    if control || (wide && simdutf8::basic::from_utf8(out).is_err()) {
         return None;
     }
     Some(end + 1)
