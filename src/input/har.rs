@@ -271,9 +271,9 @@ pub fn read_har_bounded<R: Read>(
 pub fn entries_of(doc: &[u8]) -> Vec<Vec<u8>> {
     let mut all = Vec::new();
     let _ = walk(&mut Scanner::new(doc), &mut |scan| {
-        each_entry(scan, MAX_ENTRY_BYTES, &mut |_, entry| {
-            if let Ok(raw) = entry {
-                all.push(std::mem::take(raw));
+        each_entry(scan, MAX_ENTRY_BYTES, &mut Vec::new(), &mut |_, entry| {
+            if let Ok((buf, from)) = entry {
+                all.push(buf.split_off(from));
             }
         })
     });
@@ -394,24 +394,30 @@ fn entries<R: Read>(
     run: &mut HarRun<'_>,
     cap: usize,
 ) -> Result<(), ScanError> {
-    each_entry(scan, cap, &mut |index, entry| {
+    each_entry(scan, cap, &mut Vec::new(), &mut |index, entry| {
         match entry {
-            Ok(raw) => run.entry(index, raw),
+            Ok((buf, from)) => {
+                run.entry(index, buf.get(from..).unwrap_or_default());
+                buf.clear();
+            }
             Err(what) => run.entry_error(index, what),
         }
         run.flush();
     })
 }
 
-/// What is done with each entry of `log.entries`: its raw JSON, or why it is skipped.
-type OnEntry<'f> = dyn FnMut(u64, Result<&mut Vec<u8>, String>) + 'f;
+/// What is done with each entry of `log.entries`: the buffer its raw JSON was appended to and
+/// where in it the entry begins, or why it is skipped.
+type OnEntry<'f> = dyn FnMut(u64, Result<(&mut Vec<u8>, usize), String>) + 'f;
 
 /// Scans the elements of `log.entries` (the scanner is at its `[`): each entry's raw JSON, or
-/// why it is skipped, goes to `on` with the entry's index, in order. `on` may take the buffer
-/// (leaving another in its place).
+/// why it is skipped, goes to `on` with the entry's index, in order. Each entry is appended to
+/// the buffer the entries before it were: `on` decides what the buffer keeps (a batch of
+/// entries, or nothing) and may take it (leaving another in its place).
 fn each_entry<R: Read>(
     scan: &mut Scanner<R>,
     cap: usize,
+    buf: &mut Vec<u8>,
     on: &mut OnEntry<'_>,
 ) -> Result<(), ScanError> {
     scan.bump();
@@ -419,7 +425,6 @@ fn each_entry<R: Read>(
         scan.bump();
         return Ok(());
     }
-    let mut buf: Vec<u8> = Vec::new();
     let mut index: u64 = 0;
     loop {
         let in_entry = |mut e: ScanError| {
@@ -428,13 +433,13 @@ fn each_entry<R: Read>(
         };
         match scan.skip_ws()? {
             Some(b'{') => {
-                buf.clear();
-                let fit = scan.scan_value(Some(&mut buf), cap).map_err(in_entry)?;
+                let from = buf.len();
+                let fit = scan.scan_value(Some(buf), cap).map_err(in_entry)?;
                 if fit {
-                    on(index, Ok(&mut buf));
+                    on(index, Ok((buf, from)));
                 } else {
                     // Give the memory back: the next entries are usually small.
-                    buf = Vec::new();
+                    buf.shrink_to(from);
                     on(index, Err(format!("larger than {cap} bytes; skipped")));
                 }
             }
@@ -460,10 +465,10 @@ fn each_entry<R: Read>(
 /// Bytes of entries waiting for or being analyzed on the entry threads at once: past it, the
 /// reading thread waits. An entry larger than this is analyzed alone.
 const IN_FLIGHT_BYTES: usize = 4 << 20;
-/// Entries smaller than this are handed over together, in batches of about this many bytes
-/// (or [`BATCH_ENTRIES`]), each a lock, a message and perhaps a thread woken, and then a
-/// message to the session stage with what they gave. With `-j2`, batches of 512 KiB and 128
-/// entries took 4–8% less time than 256 KiB and 64 on HARs of 1 KiB, 4 KiB and a browser's
+/// Entries are handed over together, in batches of about this many bytes (the entry that
+/// takes a batch past it ends the batch, however large) or [`BATCH_ENTRIES`] entries, each a
+/// lock, a message and perhaps a thread woken, and then a message to the session stage with
+/// what they gave. With `-j2`, batches of 512 KiB and 128 entries took 4–8% less time than 256 KiB and 64 on HARs of 1 KiB, 4 KiB and a browser's
 /// entries, for 2–3 MiB more at the peak (58 MiB on the 1 KiB entries); 1 MiB and 256 took no
 /// less time than 512 KiB and 128, and 3–4 MiB more.
 const BATCH_BYTES: usize = 512 << 10;
@@ -735,37 +740,21 @@ fn entries_on_threads<R: Read>(
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(want))
         };
-        let scanned = each_entry(scan, cap, &mut |index, entry| {
+        // The entries are scanned straight into the batch's bytes (no copy): the batch goes
+        // when it is full, a large entry with the entries before it, and its buffer is replaced.
+        let mut bytes = Vec::with_capacity(2 * BATCH_BYTES);
+        let scanned = each_entry(scan, cap, &mut bytes, &mut |index, entry| {
             match entry {
-                Ok(raw) if threads_started => {
-                    if raw.len() >= BATCH_BYTES {
-                        // A large entry goes alone, in its own buffer (no copy), after the
-                        // batch of the entries before it.
-                        if !batch.entries.is_empty() {
-                            send(std::mem::take(&mut batch));
-                        }
-                        let raw = std::mem::replace(raw, spare(raw.len()));
-                        let len = raw.len();
-                        send(Batch {
-                            seq: 0,
-                            bytes: raw,
-                            entries: vec![(index, 0..len)],
-                        });
-                    } else {
-                        if batch.entries.is_empty() && batch.bytes.capacity() == 0 {
-                            batch.bytes = spare(2 * BATCH_BYTES);
-                        }
-                        let at = batch.bytes.len();
-                        batch.bytes.extend_from_slice(raw);
-                        batch.entries.push((index, at..batch.bytes.len()));
-                        if batch.bytes.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES
-                        {
-                            send(std::mem::take(&mut batch));
-                        }
+                Ok((bytes, from)) if threads_started => {
+                    batch.entries.push((index, from..bytes.len()));
+                    if bytes.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES {
+                        batch.bytes = std::mem::replace(bytes, spare(2 * BATCH_BYTES));
+                        send(std::mem::take(&mut batch));
                     }
                 }
-                Ok(raw) => {
-                    run.entry(index, raw);
+                Ok((bytes, from)) => {
+                    run.entry(index, bytes.get(from..).unwrap_or_default());
+                    bytes.clear();
                     run.flush();
                 }
                 Err(what) if threads_started => order.skipped.push_back((index, what)),
@@ -794,6 +783,7 @@ fn entries_on_threads<R: Read>(
             order.add_ready(run);
         });
         if !batch.entries.is_empty() {
+            batch.bytes = bytes;
             send(batch);
         }
         drop(to_threads);
@@ -839,6 +829,19 @@ struct Scanner<R> {
 }
 
 type MemberFn<'f, R> = dyn FnMut(&mut Scanner<R>, &[u8]) -> Result<(), ScanError> + 'f;
+
+/// Where the value being copied begins in its buffer, and how many bytes it may take there.
+#[derive(Clone, Copy)]
+struct Room {
+    from: usize,
+    cap: usize,
+}
+
+impl Room {
+    fn new(from: usize, cap: usize) -> Self {
+        Room { from, cap }
+    }
+}
 
 impl<R: Read> Scanner<R> {
     fn new(src: R) -> Self {
@@ -951,7 +954,7 @@ impl<R: Read> Scanner<R> {
             }
             key.clear();
             let mut fit = true;
-            self.scan_string(&mut Some(&mut key), MAX_KEY, &mut fit)?;
+            self.scan_string(&mut Some(&mut key), Room::new(0, MAX_KEY), &mut fit)?;
             if !fit {
                 key.clear();
             }
@@ -975,27 +978,30 @@ impl<R: Read> Scanner<R> {
         }
     }
 
-    /// Appends `n` unread bytes to `out` while it stays within `cap`, and consumes them.
-    fn take(&mut self, n: usize, out: &mut Option<&mut Vec<u8>>, cap: usize, fit: &mut bool) {
+    /// Appends `n` unread bytes to `out` while the value stays within its `room`, and consumes
+    /// them; past it, `out` is cut back to where the value began.
+    fn take(&mut self, n: usize, out: &mut Option<&mut Vec<u8>>, room: Room, fit: &mut bool) {
         let to = (self.pos + n).min(self.end);
         if let Some(out) = out.as_deref_mut()
             && *fit
         {
             let run = self.buf.get(self.pos..to).unwrap_or(&[]);
-            if out.len() + run.len() <= cap {
+            if out.len() - room.from + run.len() <= room.cap {
                 out.extend_from_slice(run);
             } else {
                 *fit = false;
-                out.clear();
+                out.truncate(room.from);
             }
         }
         self.pos = to;
     }
 
-    /// Consumes one JSON value at the cursor, copying its bytes to `out` while they fit in
-    /// `cap`. Returns whether they fit. Brackets are matched; the rest of the grammar is left
-    /// to serde_json (for entries) or not needed (for what is skipped).
+    /// Consumes one JSON value at the cursor, appending its bytes to `out` while they fit in
+    /// `cap`. Returns whether they fit (when not, `out` is as it was). Brackets are matched; the
+    /// rest of the grammar is left to serde_json (for entries) or not needed (for what is
+    /// skipped).
     fn scan_value(&mut self, mut out: Option<&mut Vec<u8>>, cap: usize) -> Result<bool, ScanError> {
+        let cap = Room::new(out.as_deref().map_or(0, Vec::len), cap);
         if cfg!(target_arch = "x86_64") && matches!(self.peek()?, Some(b'{' | b'[')) {
             return self.scan_container(out, cap);
         }
@@ -1063,7 +1069,7 @@ impl<R: Read> Scanner<R> {
     fn scan_container(
         &mut self,
         mut out: Option<&mut Vec<u8>>,
-        cap: usize,
+        cap: Room,
     ) -> Result<bool, ScanError> {
         let mut fit = true;
         self.nesting.reset();
@@ -1097,7 +1103,7 @@ impl<R: Read> Scanner<R> {
     fn scan_string(
         &mut self,
         out: &mut Option<&mut Vec<u8>>,
-        cap: usize,
+        cap: Room,
         fit: &mut bool,
     ) -> Result<(), ScanError> {
         self.take(1, out, cap, fit);
