@@ -434,6 +434,7 @@ fn real_main() -> anyhow::Result<i32> {
         forensic: AuditOptions {
             id_pattern,
             views: cli.sessions,
+            ..AuditOptions::default()
         },
         retention: Retention {
             memory_bytes: cli.session_memory.0.bytes(),

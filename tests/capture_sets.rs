@@ -676,6 +676,65 @@ fn both_sides_of_a_proxy_are_one_session_with_two_hops() {
     }
 }
 
+/// The sessions still held when an input ends are audited on as many threads as `-j` gives:
+/// those whose exchanges reach one server on either thread, the others (a proxy's, whose
+/// audit may place servers' hops for the next session's) in order on one. The report is the
+/// same whatever the number. One capture of plain servers' sessions and of both sides of two
+/// proxies, cut before each proxied session's `DELETE` so that it is still held at the end.
+#[test]
+fn sessions_held_at_the_end_are_audited_alike_on_any_thread_count() {
+    if !editcap_available() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut caps = vec![root.join("fixtures/gen/mixed.pcap")];
+    for (name, before_delete) in [("py-counter-nginx", 180), ("ts-sdk-nginx", 128)] {
+        let cut = dir.path().join(format!("{name}.pcap"));
+        let ok = Command::new("editcap")
+            .arg("-r")
+            .arg(root.join(format!("fixtures/real/{name}.pcap")))
+            .arg(&cut)
+            .arg(format!("1-{before_delete}"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        caps.push(cut);
+    }
+    let run = |j: &str| {
+        let out = Command::new(bin())
+            .args(["-q", "--merge", "--sessions", j])
+            .args(&caps)
+            .output()
+            .unwrap();
+        out.stdout
+    };
+    let one = run("-j1");
+    let lines: Vec<Value> = String::from_utf8(one.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let resumes = |f: &dyn Fn(&Value) -> bool| {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "resume" && f(l))
+            .count()
+    };
+    // Proxied sessions (resumes at two hops) and plain ones (no hop), none ended by its client.
+    assert!(resumes(&|l| l["hop"] == 1) > 0);
+    assert!(resumes(&|l| l["hop"].is_null()) > 0);
+    let views = lines.iter().filter(|l| l["type"] == "session");
+    assert!(views.clone().count() >= 4);
+    for v in views {
+        let exchanges = v["exchanges"].as_array().unwrap();
+        assert!(exchanges.iter().all(|x| x["method"] != "DELETE"), "{v}");
+    }
+    for j in ["-j2", "-j3"] {
+        assert!(run(j) == one, "{j}");
+    }
+}
+
 /// What must not change when the same traffic is captured twice: verdicts, ids, cursors,
 /// evidence, findings; and the counts of connections, exchanges and sessions.
 fn essence(lines: &[Value]) -> Vec<Value> {

@@ -629,6 +629,7 @@ pub fn pipeline(data: &[u8]) {
         forensic: mcp_resume_audit::AuditOptions {
             id_pattern: None,
             views: true,
+            ..Default::default()
         },
         ..Options::default()
     };
@@ -712,6 +713,7 @@ pub fn har(data: &[u8]) {
         forensic: mcp_resume_audit::AuditOptions {
             id_pattern: None,
             views: true,
+            ..Default::default()
         },
         ..Options::default()
     };

@@ -50,15 +50,19 @@ pub type HopMap = HashMap<Endpoint, Option<u32>, foldhash::quality::RandomState>
 /// places its own).
 const MAX_PLACED_SERVERS: usize = 4096;
 
+/// Whether every exchange of a session that names its server names the same one: then
+/// [`hops`] neither reads nor changes its `known` servers.
+pub fn one_server(xs: &[Box<ExchangeSummary>]) -> bool {
+    let first_server = xs.iter().find_map(|x| x.connection.server);
+    xs.iter()
+        .all(|x| x.connection.server.is_none() || x.connection.server == first_server)
+}
+
 /// The hops of a session's exchanges, given in capture order; `None` when every exchange
 /// is on one hop (the common case: nothing relays anything). Learns into `known` the hop of
 /// each server a pair placed.
 pub fn hops(xs: &[Box<ExchangeSummary>], known: &mut HopMap) -> Option<Hops> {
-    let first_server = xs.iter().find_map(|x| x.connection.server);
-    if xs
-        .iter()
-        .all(|x| x.connection.server.is_none() || x.connection.server == first_server)
-    {
+    if one_server(xs) {
         return None;
     }
     let mut h = Hops {

@@ -52,6 +52,9 @@ pub struct Options {
     pub id_pattern: Option<IdPattern>,
     /// `--sessions`: build one view per session.
     pub views: bool,
+    /// Threads the sessions still held when the input ends are audited on (`-j`; 0 and 1:
+    /// this one alone). The report is the same whatever the number.
+    pub threads: usize,
 }
 
 /// Links followed back through resumes of resumes to find what the client had acknowledged.
@@ -1347,19 +1350,8 @@ impl Stage {
     /// Audits what is held of one session and lets it go; a session with open exchanges stays
     /// known, empty, so that their ends are counted.
     fn retire<S: Sink + ?Sized>(&mut self, slot: usize, sink: &mut S) {
-        let held = &mut self.sessions.slots[slot];
-        self.held = self.held.saturating_sub(held.held);
-        let mut l = if held.open > 0 {
-            let anew = Live {
-                name: held.name.clone(),
-                open: held.open,
-                ..Live::default()
-            };
-            std::mem::replace(held, anew)
-        } else {
-            self.sessions.remove(slot)
-        };
-        let (findings, view) = audit_session(
+        let mut l = self.take_live(slot);
+        let audit = audit_session(
             &l.name,
             std::mem::take(&mut l.xs),
             &mut l.resumes,
@@ -1368,18 +1360,33 @@ impl Stage {
             self.unread,
             &mut self.hops,
         );
-        for r in l.resumes {
-            sink.resume(r);
-        }
-        for f in findings {
-            sink.finding(f);
-        }
-        if let Some(v) = view {
-            sink.view(v);
+        hand_on(l.resumes, audit, sink);
+    }
+
+    /// What is held of one session, taken out of the stage (see [`Stage::retire`]).
+    fn take_live(&mut self, slot: usize) -> Live {
+        let held = &mut self.sessions.slots[slot];
+        self.held = self.held.saturating_sub(held.held);
+        if held.open > 0 {
+            let anew = Live {
+                name: held.name.clone(),
+                open: held.open,
+                ..Live::default()
+            };
+            std::mem::replace(held, anew)
+        } else {
+            self.sessions.remove(slot)
         }
     }
 
     /// The input is over: every session still held is audited, in order of name.
+    ///
+    /// With [`Options::threads`] of 2 or more, on two threads: a session whose exchanges all
+    /// reach one server neither reads nor adds to the hop map ([`hops::one_server`]), so those
+    /// sessions are audited in any order, on either thread, while the others are audited in
+    /// order of name on this one, first (each may place servers for the next). Their records
+    /// are handed on in order of name, as on one thread, each session's as soon as those
+    /// before it are (the report's thread need not wait for the last one).
     pub fn finish<S: Sink + ?Sized>(mut self, sink: &mut S) -> StageStats {
         let mut held: Vec<(Arc<str>, usize)> = self
             .sessions
@@ -1388,10 +1395,108 @@ impl Stage {
             .map(|(sid, slot)| (sid.clone(), *slot))
             .collect();
         held.sort_unstable();
-        for (_, slot) in held {
-            self.retire(slot, sink);
+        if self.opts.threads < 2 || held.len() < 2 {
+            for (_, slot) in held {
+                self.retire(slot, sink);
+            }
+            return self.stats;
         }
+        let lives: Vec<Live> = held
+            .into_iter()
+            .map(|(_, slot)| self.take_live(slot))
+            .collect();
+        let n = lives.len();
+        // Each session's records once audited, by its place in order of name.
+        let mut done: Vec<Option<Audited>> = (0..n).map(|_| None).collect();
+        let (cross, opts, unread) = (&self.cross, &self.opts, self.unread);
+        let audit = |mut l: Live, hops: &mut hops::HopMap| {
+            let xs = std::mem::take(&mut l.xs);
+            let audit = audit_session(&l.name, xs, &mut l.resumes, cross, opts, unread, hops);
+            (l.resumes, audit)
+        };
+        let mut together = Vec::new();
+        for (i, l) in lives.into_iter().enumerate() {
+            if hops::one_server(&l.xs) {
+                together.push((i, l));
+            } else {
+                done[i] = Some(audit(l, &mut self.hops));
+            }
+        }
+        let queue = std::sync::Mutex::new(together.into_iter());
+        let next = || {
+            queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .next()
+        };
+        let (to_here, from_there) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let there = std::thread::Builder::new()
+                .name("sessions 1".to_string())
+                .spawn_scoped(s, move || {
+                    // Stays empty: no session audited here reads or adds to it.
+                    let mut no_hops = hops::HopMap::default();
+                    while let Some((i, l)) = next() {
+                        if to_here.send((i, audit(l, &mut no_hops))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            // This thread audits too (all of them, if no second thread could be had), and
+            // hands on the records of each session whose turn has come.
+            let mut no_hops = hops::HopMap::default();
+            let mut handed = 0;
+            loop {
+                let mine = next();
+                let more = mine.is_some();
+                if let Some((i, l)) = mine {
+                    done[i] = Some(audit(l, &mut no_hops));
+                }
+                for (i, a) in from_there.try_iter() {
+                    done[i] = Some(a);
+                }
+                while let Some((resumes, audit)) = done.get_mut(handed).and_then(Option::take) {
+                    hand_on(resumes, audit, sink);
+                    handed += 1;
+                }
+                if !more {
+                    break;
+                }
+            }
+            if let Ok(h) = there {
+                h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            }
+            for (i, a) in from_there.try_iter() {
+                done[i] = Some(a);
+            }
+            for (resumes, audit) in done.into_iter().skip(handed).flatten() {
+                hand_on(resumes, audit, sink);
+            }
+        });
         self.stats
+    }
+}
+
+/// What the audit of one session gives besides its resumes' forensics: its findings tied to
+/// no resume and, on request, its view.
+type SessionAudit = (Vec<Finding>, Option<SessionView>);
+
+/// A session audited: its resumes, and what else its audit gave.
+#[allow(clippy::vec_box)]
+type Audited = (Vec<Box<ResumeRecord>>, SessionAudit);
+
+/// Hands on the records of one audited session: its resumes, its findings, its view.
+#[allow(clippy::vec_box)]
+fn hand_on<S: Sink + ?Sized>(resumes: Vec<Box<ResumeRecord>>, audit: SessionAudit, sink: &mut S) {
+    let (findings, view) = audit;
+    for r in resumes {
+        sink.resume(r);
+    }
+    for f in findings {
+        sink.finding(f);
+    }
+    if let Some(v) = view {
+        sink.view(v);
     }
 }
 
@@ -1666,7 +1771,7 @@ fn audit_session(
     opts: &Options,
     unread: bool,
     known: &mut hops::HopMap,
-) -> (Vec<Finding>, Option<SessionView>) {
+) -> SessionAudit {
     // The session's records were made long ago on other threads and are cold: asked for at
     // once, their misses overlap instead of each waiting for the one before. A session's
     // first ones only: a larger session's would not stay in the cache until their turn.
@@ -4252,6 +4357,147 @@ data: "
         assert_eq!(stats.sessions_retired_early, 0);
     }
 
+    /// One exchange of session `sid` on connection `conn` from `client` to `server`: the
+    /// request (with `last`, if any) at frame and time `req`, the answer at `resp` (none: not
+    /// captured), its stream one event of id `first`.
+    #[allow(clippy::too_many_arguments)]
+    fn hop_exchange(
+        sid: &str,
+        conn: u64,
+        client: crate::net::decode::Endpoint,
+        server: crate::net::decode::Endpoint,
+        last: Option<&str>,
+        req: u64,
+        resp: Option<u64>,
+        first: &str,
+    ) -> (ExchangeSummary, Option<ResumeRecord>) {
+        let mark = |f: u64| Mark::new(f, f as i64 * 1000);
+        let mut t = ExchangeTracker::new(&Limits::default());
+        t.request(RequestHead {
+            exchange: 0,
+            method: "GET".into(),
+            target: "/mcp".into(),
+            session_id: Some(sid.into()),
+            last_event_id: last.map(str::to_string),
+            first: mark(req),
+            complete: mark(req),
+            ..Default::default()
+        });
+        if let Some(resp) = resp {
+            t.response(ResponseHead {
+                exchange: 0,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                first: mark(resp),
+                complete: mark(resp),
+                ..Default::default()
+            });
+            let event = format!("id: {first}\ndata: {MSG}\n\n");
+            t.body(0, event.as_bytes(), mark(resp));
+            t.body_end(0, BodyEnd::Complete, mark(resp));
+        } else {
+            t.finish(None, false, mark(req));
+        }
+        let at = ConnectionRef {
+            tcp_stream: Some(conn),
+            client: Some(client),
+            server: Some(server),
+            ..Default::default()
+        };
+        let mut x = *t.summaries.pop().expect("a summary");
+        x.connection = at.clone();
+        let r = t.resumes.pop().map(|r| {
+            let mut r = *r;
+            r.connection = at;
+            r
+        });
+        (x, r)
+    }
+
+    /// The sessions still held at the end, audited on two threads, give what one thread
+    /// gives, in the same order: among them a proxied session whose copy to the backend is
+    /// placed at hop 1 only by the pairs of another session audited before it.
+    #[test]
+    fn the_last_sessions_audited_on_two_threads_give_what_one_gives() {
+        let ep = |ip: [u8; 4], port: u16| crate::net::decode::Endpoint {
+            ip: std::net::IpAddr::from(ip),
+            port,
+        };
+        let (c, p, b) = (
+            ep([10, 0, 0, 1], 5000),
+            ep([10, 0, 0, 2], 443),
+            ep([10, 0, 0, 3], 80),
+        );
+        let q = |port| ep([10, 0, 0, 2], port);
+        let mut all = vec![
+            // "a": both copies of two exchanges, paired: the backend is at hop 1.
+            hop_exchange("a", 0, c, p, None, 1, Some(4), "1"),
+            hop_exchange("a", 1, q(6000), b, None, 2, Some(3), "1"),
+            hop_exchange("a", 2, c, p, Some("1"), 10, Some(13), "2"),
+            hop_exchange("a", 3, q(6001), b, Some("1"), 11, Some(12), "2"),
+            // "b": the outer answer was not captured, so its copy pairs with nothing; only
+            // what "a" placed puts it at hop 1.
+            hop_exchange("b", 4, c, p, Some("7"), 20, None, "8"),
+            hop_exchange("b", 5, q(6002), b, Some("7"), 21, Some(22), "8"),
+        ];
+        // Sessions on one server each, some resuming.
+        for i in 0..12u64 {
+            let sid = format!("s{i}");
+            let server = ep([10, 0, 1, i as u8], 8000);
+            let client = ep([10, 0, 2, 1], 7000 + i as u16);
+            all.push(hop_exchange(
+                &sid,
+                10 + 2 * i,
+                client,
+                server,
+                None,
+                30 + 10 * i,
+                Some(31 + 10 * i),
+                "1",
+            ));
+            all.push(hop_exchange(
+                &sid,
+                11 + 2 * i,
+                client,
+                server,
+                Some("1"),
+                33 + 10 * i,
+                Some(34 + 10 * i),
+                "3",
+            ));
+        }
+        let run = |threads: usize| {
+            let opts = Options {
+                views: true,
+                threads,
+                ..Options::default()
+            };
+            let mut stage = Stage::new(&opts, Retention::UNBOUNDED);
+            let mut sink = Collected::default();
+            for (x, r) in all.iter().cloned() {
+                stage.exchange(None, Some(Box::new(x)), r.map(Box::new), &mut sink);
+            }
+            stage.finish(&mut sink);
+            sink
+        };
+        let one = run(1);
+        let copy = one
+            .resumes
+            .iter()
+            .find(|r| r.connection.tcp_stream == Some(5))
+            .expect("b's copy");
+        assert_eq!(copy.forensic.hop, Some(1));
+        assert_eq!(one.resumes.len(), 2 + 2 + 12);
+        assert_eq!(one.views.len(), 14);
+        for threads in [2, 3] {
+            assert_eq!(
+                format!("{:?}", run(threads)),
+                format!("{one:?}"),
+                "{threads}"
+            );
+        }
+    }
+
     #[test]
     fn a_user_pattern_decides_and_names_itself() {
         let mut c = Cap::default();
@@ -4260,6 +4506,7 @@ data: "
         let opts = Options {
             id_pattern: Some(IdPattern::new(r"e(?P<seq>\d+)\.\w+").unwrap()),
             views: true,
+            ..Options::default()
         };
         let (r, out) = c.run(&opts);
         assert_eq!(r[0].decision.verdict, Verdict::GapSkipped);

@@ -373,9 +373,14 @@ pub fn analyze_path_into(path: &Path, opts: &Options, sink: &mut dyn audit::Sink
     map_path(path, opts, &mut reducer(opts, sink))
 }
 
-/// The reduce step of one input, its records going to `sink`.
+/// The reduce step of one input, its records going to `sink`; the sessions held at its end
+/// are audited on as many threads as the input is analyzed on.
 fn reducer<S: audit::Sink>(opts: &Options, sink: S) -> Reducer<S> {
-    Reducer::new(&opts.forensic, opts.retention, sink)
+    let forensic = audit::Options {
+        threads: opts.threads,
+        ..opts.forensic.clone()
+    };
+    Reducer::new(&forensic, opts.retention, sink)
 }
 
 /// The map step of one input named by path: its session events go to `facts`.
