@@ -468,9 +468,10 @@ const IN_FLIGHT_BYTES: usize = 4 << 20;
 /// Entries are handed over together, in batches of about this many bytes (the entry that
 /// takes a batch past it ends the batch, however large) or [`BATCH_ENTRIES`] entries, each a
 /// lock, a message and perhaps a thread woken, and then a message to the session stage with
-/// what they gave. With `-j2`, batches of 512 KiB and 128 entries took 4–8% less time than 256 KiB and 64 on HARs of 1 KiB, 4 KiB and a browser's
-/// entries, for 2–3 MiB more at the peak (58 MiB on the 1 KiB entries); 1 MiB and 256 took no
-/// less time than 512 KiB and 128, and 3–4 MiB more.
+/// what they gave. With `-j2`, batches of 512 KiB and 128 entries took 4–8% less time than
+/// 256 KiB and 64 on HARs of 1 KiB, 4 KiB and a browser's entries, for 2–3 MiB more at the
+/// peak (58 MiB on the 1 KiB entries); 1 MiB and 256 took no less time than 512 KiB and 128,
+/// and 3–4 MiB more.
 const BATCH_BYTES: usize = 512 << 10;
 const BATCH_ENTRIES: usize = 128;
 /// Batches analyzed and given back while an earlier one is still being analyzed (a large
