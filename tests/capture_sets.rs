@@ -676,7 +676,7 @@ fn both_sides_of_a_proxy_are_one_session_with_two_hops() {
     }
 }
 
-/// The sessions still held when an input ends are audited on as many threads as `-j` gives:
+/// The sessions still held when an input ends are audited on two threads under `-j2` and more:
 /// those whose exchanges reach one server on either thread, the others (a proxy's, whose
 /// audit may place servers' hops for the next session's) in order on one. The report is the
 /// same whatever the number. One capture of plain servers' sessions and of both sides of two

@@ -52,8 +52,8 @@ pub struct Options {
     pub id_pattern: Option<IdPattern>,
     /// `--sessions`: build one view per session.
     pub views: bool,
-    /// Threads the sessions still held when the input ends are audited on (`-j`; 0 and 1:
-    /// this one alone). The report is the same whatever the number.
+    /// The input's threads (`-j`): with 2 or more, the sessions still held when it ends are
+    /// audited on two threads, else on this one alone. The report is the same either way.
     pub threads: usize,
 }
 

@@ -374,7 +374,7 @@ pub fn analyze_path_into(path: &Path, opts: &Options, sink: &mut dyn audit::Sink
 }
 
 /// The reduce step of one input, its records going to `sink`; the sessions held at its end
-/// are audited on as many threads as the input is analyzed on.
+/// are audited on two threads when the input is analyzed on two or more.
 fn reducer<S: audit::Sink>(opts: &Options, sink: S) -> Reducer<S> {
     let forensic = audit::Options {
         threads: opts.threads,
