@@ -137,13 +137,15 @@ pub mod fuzzing {
     }
 
     /// Where the JSON container opening at `doc[0]` ends (or breaks), read a block at a time
-    /// in pieces of the given sizes, and byte by byte whole: debug text of each answer.
-    pub fn nesting_readings(doc: &[u8], pieces: &[usize]) -> (String, String) {
-        use crate::input::nesting::read_in_pieces;
-        (
-            format!("{:?}", read_in_pieces(doc, pieces, true)),
-            format!("{:?}", read_in_pieces(doc, &[usize::MAX], false)),
-        )
+    /// in pieces of the given sizes (with the CPU's widest compares, then with SSE2's), and
+    /// byte by byte whole: debug text of each answer.
+    pub fn nesting_readings(doc: &[u8], pieces: &[usize]) -> [String; 3] {
+        use crate::input::nesting::{Reading, read_in_pieces};
+        [
+            format!("{:?}", read_in_pieces(doc, pieces, Reading::Blocks)),
+            format!("{:?}", read_in_pieces(doc, pieces, Reading::NarrowBlocks)),
+            format!("{:?}", read_in_pieces(doc, &[usize::MAX], Reading::Bytes)),
+        ]
     }
 
     /// What the reduce makes of facts files (name, bytes) read with runs of `memory` bytes and

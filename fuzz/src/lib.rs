@@ -831,17 +831,25 @@ pub fn har_entry(data: &[u8]) {
     }
 }
 
-/// Reads `data[2..]` as one JSON container twice: a block at a time (as the HAR reader finds
-/// an entry's end) in pieces whose sizes `data[0]` and `data[1]` pick, and byte by byte whole.
-/// The answer (where it ends, or the byte that breaks it and why, or that it goes on and
-/// whether inside a string) must be the same.
+/// Reads `data[2..]` as one JSON container three times: a block at a time (as the HAR reader
+/// finds an entry's end) in pieces whose sizes `data[0]` and `data[1]` pick, with the CPU's
+/// widest compares and with SSE2's, and byte by byte whole. The answer (where it ends, or the
+/// byte that breaks it and why, or that it goes on and whether inside a string) must be the
+/// same.
 pub fn json_nesting(data: &[u8]) {
     let [a, b, doc @ ..] = data else {
         return;
     };
     let pieces = [usize::from(*a) + 1, usize::from(*b) * 3 + 1];
-    let (blocks, bytes) = mcp_resume_audit::fuzzing::nesting_readings(doc, &pieces);
-    assert_eq!(blocks, bytes, "the two readings of one container differ");
+    let [wide, narrow, bytes] = mcp_resume_audit::fuzzing::nesting_readings(doc, &pieces);
+    assert_eq!(
+        wide, bytes,
+        "blocks and bytes read one container differently"
+    );
+    assert_eq!(
+        narrow, bytes,
+        "SSE2 blocks and bytes read one container differently"
+    );
 }
 
 /// Bytes 1 on as a compressed input (gzip, zstd, lz4 or xz, told by its first bytes, as the

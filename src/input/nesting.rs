@@ -10,11 +10,13 @@
 //!   the next byte and `"` closes it; outside strings `{`/`[` open and `}`/`]` close, each
 //!   closer matching its opener; every other byte is stepped over (the grammar is serde_json's
 //!   to judge later).
-//! - A block is classified by vector compares (SSE2, part of every x86-64): masks of quotes,
-//!   backslashes and brackets; escaped bytes by carry arithmetic over backslash runs; the bytes
-//!   inside strings as the running parity of the unescaped quotes. A backslash outside a string
-//!   (never in valid JSON) escapes nothing in the byte-wise reading, so a block holding one is
-//!   read byte by byte instead. Only brackets outside strings are looked at one by one.
+//! - A block is classified by vector compares: masks of quotes, backslashes and brackets;
+//!   escaped bytes by carry arithmetic over backslash runs; the bytes inside strings as the
+//!   running parity of the unescaped quotes. A backslash outside a string (never in valid JSON)
+//!   escapes nothing in the byte-wise reading, so a block holding one is read byte by byte
+//!   instead. Only brackets outside strings are looked at one by one.
+//! - The compares are AVX2's and the parity one carry-less multiplication when the CPU has both
+//!   (asked at run time), SSE2's (part of every x86-64) and shifts otherwise: one answer.
 //!
 //! Why: the reading thread of a HAR finds each entry's end before the entry threads read it;
 //! bodies held as JSON strings escape a byte every few dozen (an event stream's line ends and
@@ -64,19 +66,19 @@ impl Nesting {
 
     /// Reads the next piece of the container.
     pub fn feed(&mut self, piece: &[u8]) -> Step {
+        self.feed_as(piece, Reading::Blocks)
+    }
+
+    /// [`Self::feed`], the blocks read as `reading` says.
+    fn feed_as(&mut self, piece: &[u8], reading: Reading) -> Step {
+        if reading == Reading::Bytes {
+            return self.bytes(piece);
+        }
         // Whole blocks where the target has the compares, the rest byte by byte.
         #[cfg(target_arch = "x86_64")]
-        let at = {
-            let mut at = 0;
-            while let Some(block) = piece.get(at..at + 64) {
-                let block: &[u8; 64] = block.try_into().expect("64 bytes");
-                match self.block(block) {
-                    Step::More => at += 64,
-                    Step::Ended(i) => return Step::Ended(at + i),
-                    Step::Bad(i, what) => return Step::Bad(at + i, what),
-                }
-            }
-            at
+        let at = match self.blocks(piece, reading == Reading::Blocks) {
+            Ok(at) => at,
+            Err(step) => return step,
         };
         #[cfg(not(target_arch = "x86_64"))]
         let at = 0;
@@ -85,6 +87,47 @@ impl Nesting {
             Step::Ended(i) => Step::Ended(at + i),
             Step::Bad(i, what) => Step::Bad(at + i, what),
         }
+    }
+
+    /// Reads the whole 64-byte blocks at the start of `piece`: the bytes they hold when the
+    /// container goes on past them, or where it ends or breaks (`Err`). With AVX2 and
+    /// carry-less multiplication when `wide` asks for them and the CPU has them, with SSE2
+    /// otherwise.
+    #[cfg(target_arch = "x86_64")]
+    fn blocks(&mut self, piece: &[u8], wide: bool) -> Result<usize, Step> {
+        if wide && wide::available() {
+            // SAFETY: `blocks_wide` is compiled for AVX2 and PCLMULQDQ, and runs only here,
+            // where `wide::available` has found both on this CPU.
+            return unsafe { self.blocks_wide(piece) };
+        }
+        self.blocks_with(piece, classify, prefix_xor)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,pclmulqdq")]
+    fn blocks_wide(&mut self, piece: &[u8]) -> Result<usize, Step> {
+        self.blocks_with(piece, |b| wide::classify(b), |x| wide::prefix_xor(x))
+    }
+
+    /// [`Self::blocks`] with the given block compares and prefix parity, inlined into each
+    /// caller so that they compile with its CPU features.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn blocks_with(
+        &mut self,
+        piece: &[u8],
+        classify: impl Fn(&[u8; 64]) -> (u64, u64, u64),
+        prefix_xor: impl Fn(u64) -> u64,
+    ) -> Result<usize, Step> {
+        let mut at = 0;
+        while let Some(block) = piece.get(at..).and_then(<[u8]>::first_chunk::<64>) {
+            match self.block(block, classify(block), &prefix_xor) {
+                Step::More => at += 64,
+                Step::Ended(i) => return Err(Step::Ended(at + i)),
+                Step::Bad(i, what) => return Err(Step::Bad(at + i, what)),
+            }
+        }
+        Ok(at)
     }
 
     /// The reference reading, one byte at a time.
@@ -132,9 +175,15 @@ impl Nesting {
         }
     }
 
+    /// One block, given its masks of quotes, backslashes and brackets.
     #[cfg(target_arch = "x86_64")]
-    fn block(&mut self, block: &[u8; 64]) -> Step {
-        let (quote, backslash, bracket) = classify(block);
+    #[inline(always)]
+    fn block(
+        &mut self,
+        block: &[u8; 64],
+        (quote, backslash, bracket): (u64, u64, u64),
+        prefix_xor: impl Fn(u64) -> u64,
+    ) -> Step {
         let mut carry = u64::from(self.escaped);
         let escaped = escaped_bytes(backslash, &mut carry);
         let mut inside = prefix_xor(quote & !escaped);
@@ -192,9 +241,59 @@ pub fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
     masks
 }
 
+/// The block compares in AVX2 (32 bytes at a time) and the prefix parity as one carry-less
+/// multiplication, for CPUs that have both (Intel's since 2013, AMD's since 2015).
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::{
+        __m256i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set_epi64x, _mm256_cmpeq_epi8,
+        _mm256_movemask_epi8, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8,
+    };
+
+    /// Whether this CPU has what [`classify`] and [`prefix_xor`] use (looked up once).
+    pub fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+
+    /// [`super::classify`], 32 bytes at a time.
+    #[target_feature(enable = "avx2")]
+    pub fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
+        let splat = |b: u8| _mm256_set1_epi8(b as i8);
+        let mask = |m: __m256i| u64::from(_mm256_movemask_epi8(m) as u32);
+        let mut masks = (0u64, 0u64, 0u64);
+        for (k, part) in block.as_chunks::<32>().0.iter().enumerate() {
+            // Two safe 16-byte loads joined: the 32-byte load takes a raw pointer.
+            let (low, high) = part.split_at(16);
+            let load =
+                |h: &[u8]| safe_arch::load_unaligned_m128i(h.try_into().expect("16 bytes")).0;
+            let v = _mm256_set_m128i(load(high), load(low));
+            let shift = 32 * k;
+            masks.0 |= mask(_mm256_cmpeq_epi8(v, splat(b'"'))) << shift;
+            masks.1 |= mask(_mm256_cmpeq_epi8(v, splat(b'\\'))) << shift;
+            // `[` and `]` are `{` and `}` with bit 5 clear; no other byte becomes either with it set.
+            let folded = _mm256_or_si256(v, splat(0x20));
+            let brackets = _mm256_or_si256(
+                _mm256_cmpeq_epi8(folded, splat(b'{')),
+                _mm256_cmpeq_epi8(folded, splat(b'}')),
+            );
+            masks.2 |= mask(brackets) << shift;
+        }
+        masks
+    }
+
+    /// [`super::prefix_xor`]: the product of `x` and all ones, without carries.
+    #[target_feature(enable = "pclmulqdq")]
+    pub fn prefix_xor(x: u64) -> u64 {
+        let product = _mm_clmulepi64_si128::<0>(_mm_set_epi64x(0, x as i64), _mm_set_epi64x(0, -1));
+        _mm_cvtsi128_si64(product) as u64
+    }
+}
+
 /// Bits of the bytes a backslash escapes: those after an odd run of backslashes. `carry` comes
 /// in as 1 when the block's first byte is escaped and goes out as that for the next block.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 fn escaped_bytes(backslash: u64, carry: &mut u64) -> u64 {
     const EVEN: u64 = 0x5555_5555_5555_5555;
     // An escaped backslash escapes nothing.
@@ -211,6 +310,7 @@ fn escaped_bytes(backslash: u64, carry: &mut u64) -> u64 {
 
 /// Bit `i` is the parity of bits `0..=i`.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 fn prefix_xor(mut x: u64) -> u64 {
     for shift in [1, 2, 4, 8, 16, 32] {
         x ^= x << shift;
@@ -218,10 +318,21 @@ fn prefix_xor(mut x: u64) -> u64 {
     x
 }
 
-/// Reads `doc` as one container (opening at `doc[0]`) in pieces of the given sizes, cycled
-/// (`blocks`: as the scanner does; otherwise byte by byte): the answer, indexes counted from
-/// `doc[0]`, and whether the document ended inside a string.
-pub fn read_in_pieces(doc: &[u8], pieces: &[usize], blocks: bool) -> (Step, bool) {
+/// How [`Nesting`] reads a piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// Byte by byte ([`Nesting::bytes`]).
+    Bytes,
+    /// A block at a time with SSE2 compares whatever the CPU has, the rest byte by byte.
+    NarrowBlocks,
+    /// A block at a time with the widest compares the CPU has (as [`Nesting::feed`]).
+    Blocks,
+}
+
+/// Reads `doc` as one container (opening at `doc[0]`) in pieces of the given sizes, cycled, as
+/// `reading` says: the answer, indexes counted from `doc[0]`, and whether the document ended
+/// inside a string.
+pub fn read_in_pieces(doc: &[u8], pieces: &[usize], reading: Reading) -> (Step, bool) {
     let mut n = Nesting::default();
     let mut at = 0;
     for &size in pieces.iter().cycle() {
@@ -229,12 +340,7 @@ pub fn read_in_pieces(doc: &[u8], pieces: &[usize], blocks: bool) -> (Step, bool
         let Some(piece) = doc.get(at..at + len) else {
             break;
         };
-        let step = if blocks {
-            n.feed(piece)
-        } else {
-            n.bytes(piece)
-        };
-        match step {
+        match n.feed_as(piece, reading) {
             Step::More => at += len,
             Step::Ended(i) => return (Step::Ended(at + i), false),
             Step::Bad(i, what) => return (Step::Bad(at + i, what), false),
@@ -248,7 +354,12 @@ mod tests {
     use super::*;
 
     fn whole(doc: &[u8], pieces: &[usize], blocks: bool) -> (Step, bool) {
-        read_in_pieces(doc, pieces, blocks)
+        let reading = if blocks {
+            Reading::Blocks
+        } else {
+            Reading::Bytes
+        };
+        read_in_pieces(doc, pieces, reading)
     }
 
     struct Rng(u64);
@@ -314,6 +425,8 @@ mod tests {
                     String::from_utf8_lossy(&doc)
                 );
                 assert_eq!(whole(&doc, pieces, false), want);
+                // SSE2 blocks, which CPUs without AVX2 read with.
+                assert_eq!(read_in_pieces(&doc, pieces, Reading::NarrowBlocks), want);
             }
             ended += usize::from(matches!(want.0, Step::Ended(_)));
         }
