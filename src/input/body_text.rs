@@ -188,6 +188,11 @@ pub(super) fn skip_ws(raw: &[u8], at: &mut usize) -> Option<u8> {
 /// what it held; returns the position after its closing quote, or `None` where serde_json
 /// would refuse it.
 pub(super) fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+    decode_as(raw, at, out, true)
+}
+
+/// [`decode`], with AVX2 when `wide` asks for it and the CPU has it, SSE2 otherwise.
+fn decode_as(raw: &[u8], at: usize, out: &mut Vec<u8>, wide: bool) -> Option<usize> {
     // The decoded text is never longer than the bytes it is decoded from: room for all of
     // them is made at once (no growth by doubling), the text is written at `w` with copies
     // of a fixed size where it can be, and the room left over is cut off at the end. The
@@ -198,17 +203,34 @@ pub(super) fn decode(raw: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> 
         out.resize(need, 0);
     }
     let mut w = 0;
-    let end = decode_into(raw, at + 1, out, &mut w);
+    let end = decode_into(raw, at + 1, out, &mut w, wide);
     out.truncate(w);
     finish(raw, at, end?, out)
 }
 
 /// The body of [`decode`]: from `i`, just past the opening quote, into `out` at `*w`; the
 /// position of the closing quote.
-fn decode_into(raw: &[u8], mut i: usize, out: &mut [u8], w: &mut usize) -> Option<usize> {
+fn decode_into(
+    raw: &[u8],
+    mut i: usize,
+    out: &mut [u8],
+    w: &mut usize,
+    wide: bool,
+) -> Option<usize> {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     #[cfg(target_arch = "x86_64")]
-    if let Some(end) = decode_blocks(raw, &mut i, out, w)? {
-        return Some(end);
+    {
+        let blocks = if wide && super::nesting::wide::available() {
+            // SAFETY: `decode_blocks_wide` is compiled for AVX2, and runs only here, where
+            // `wide::available` has found it on this CPU.
+            unsafe { decode_blocks_wide(raw, &mut i, out, w) }
+        } else {
+            decode_blocks(raw, &mut i, out, w, super::nesting::string_stops)
+        };
+        if let Some(end) = blocks? {
+            return Some(end);
+        }
     }
     loop {
         let rest = raw.get(i..)?;
@@ -235,15 +257,16 @@ fn decode_into(raw: &[u8], mut i: usize, out: &mut [u8], w: &mut usize) -> Optio
 /// room [`decode`] makes holds them: `*w` stays behind the position read, minus the opening
 /// quote, so 64 bytes from `*w` fit wherever 64 bytes are there to read.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 fn decode_blocks(
     raw: &[u8],
     i: &mut usize,
     out: &mut [u8],
     w: &mut usize,
+    string_stops: impl Fn(&[u8; 64]) -> u64,
 ) -> Option<Option<usize>> {
     while let Some(block) = raw.get(*i..).and_then(<[u8]>::first_chunk::<64>) {
-        let (quote, backslash, _) = super::nesting::classify(block);
-        let mut stops = quote | backslash;
+        let mut stops = string_stops(block);
         out.get_mut(*w..)?
             .first_chunk_mut::<64>()?
             .copy_from_slice(block);
@@ -286,6 +309,18 @@ fn decode_blocks(
         }
     }
     Some(None)
+}
+
+/// [`decode_blocks`] with AVX2's compares and copies.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn decode_blocks_wide(
+    raw: &[u8],
+    i: &mut usize,
+    out: &mut [u8],
+    w: &mut usize,
+) -> Option<Option<usize>> {
+    decode_blocks(raw, i, out, w, |b| super::nesting::wide::string_stops(b))
 }
 
 /// The checks on a literal from `at` to its closing quote at `end` once decoded into `out`:
@@ -527,10 +562,13 @@ mod tests {
             }
             literal.push('"');
             let raw = format!("{}{literal}{}", " ".repeat(lead), "}".repeat(next(70)));
-            let end = decode(raw.as_bytes(), lead, &mut out);
-            assert_eq!(end, Some(lead + literal.len()), "{raw}");
             let want: String = serde_json::from_str(&literal).expect("valid literal");
-            assert_eq!(std::str::from_utf8(&out), Ok(want.as_str()), "{raw}");
+            // With the CPU's widest compares, and with SSE2's as CPUs without AVX2 decode.
+            for wide in [true, false] {
+                let end = decode_as(raw.as_bytes(), lead, &mut out, wide);
+                assert_eq!(end, Some(lead + literal.len()), "{raw}");
+                assert_eq!(std::str::from_utf8(&out), Ok(want.as_str()), "{raw}");
+            }
         }
     }
 }

@@ -208,9 +208,32 @@ impl Nesting {
     }
 }
 
+/// Bit `i` set when byte `i` is a quote or a backslash: where a string's plain text stops.
+#[cfg(target_arch = "x86_64")]
+pub fn string_stops(block: &[u8; 64]) -> u64 {
+    use safe_arch::{
+        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i,
+        set_splat_i8_m128i,
+    };
+    let (quote, backslash) = (
+        set_splat_i8_m128i(b'"' as i8),
+        set_splat_i8_m128i(b'\\' as i8),
+    );
+    let mut mask = 0;
+    for (k, part) in block.as_chunks::<16>().0.iter().enumerate() {
+        let v = load_unaligned_m128i(part);
+        let stops = bitor_m128i(
+            cmp_eq_mask_i8_m128i(v, quote),
+            cmp_eq_mask_i8_m128i(v, backslash),
+        );
+        mask |= u64::from(move_mask_i8_m128i(stops) as u16) << (16 * k);
+    }
+    mask
+}
+
 /// Bit `i` set when byte `i` is a quote, a backslash, a bracket (`{`, `}`, `[`, `]`).
 #[cfg(target_arch = "x86_64")]
-pub fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
+fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
     use safe_arch::{
         bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i,
         set_splat_i8_m128i,
@@ -244,13 +267,13 @@ pub fn classify(block: &[u8; 64]) -> (u64, u64, u64) {
 /// The block compares in AVX2 (32 bytes at a time) and the prefix parity as one carry-less
 /// multiplication, for CPUs that have both (Intel's since 2013, AMD's since 2015).
 #[cfg(target_arch = "x86_64")]
-mod wide {
+pub mod wide {
     use std::arch::x86_64::{
         __m256i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set_epi64x, _mm256_cmpeq_epi8,
         _mm256_movemask_epi8, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8,
     };
 
-    /// Whether this CPU has what [`classify`] and [`prefix_xor`] use (looked up once).
+    /// Whether this CPU has what this module's functions use (looked up once).
     pub fn available() -> bool {
         std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("pclmulqdq")
@@ -263,11 +286,7 @@ mod wide {
         let mask = |m: __m256i| u64::from(_mm256_movemask_epi8(m) as u32);
         let mut masks = (0u64, 0u64, 0u64);
         for (k, part) in block.as_chunks::<32>().0.iter().enumerate() {
-            // Two safe 16-byte loads joined: the 32-byte load takes a raw pointer.
-            let (low, high) = part.split_at(16);
-            let load =
-                |h: &[u8]| safe_arch::load_unaligned_m128i(h.try_into().expect("16 bytes")).0;
-            let v = _mm256_set_m128i(load(high), load(low));
+            let v = load(part);
             let shift = 32 * k;
             masks.0 |= mask(_mm256_cmpeq_epi8(v, splat(b'"'))) << shift;
             masks.1 |= mask(_mm256_cmpeq_epi8(v, splat(b'\\'))) << shift;
@@ -280,6 +299,30 @@ mod wide {
             masks.2 |= mask(brackets) << shift;
         }
         masks
+    }
+
+    /// [`super::string_stops`], 32 bytes at a time.
+    #[target_feature(enable = "avx2")]
+    pub fn string_stops(block: &[u8; 64]) -> u64 {
+        let mut mask = 0;
+        for (k, part) in block.as_chunks::<32>().0.iter().enumerate() {
+            let v = load(part);
+            let stops = _mm256_or_si256(
+                _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)),
+                _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)),
+            );
+            mask |= u64::from(_mm256_movemask_epi8(stops) as u32) << (32 * k);
+        }
+        mask
+    }
+
+    /// 32 bytes as one vector: two safe 16-byte loads joined, since the 32-byte load takes a
+    /// raw pointer.
+    #[target_feature(enable = "avx2")]
+    fn load(part: &[u8; 32]) -> __m256i {
+        let (low, high) = part.split_at(16);
+        let half = |h: &[u8]| safe_arch::load_unaligned_m128i(h.try_into().expect("16 bytes")).0;
+        _mm256_set_m128i(half(high), half(low))
     }
 
     /// [`super::prefix_xor`]: the product of `x` and all ones, without carries.
