@@ -290,7 +290,7 @@ pub mod wide {
             let shift = 32 * k;
             masks.0 |= mask(_mm256_cmpeq_epi8(v, splat(b'"'))) << shift;
             masks.1 |= mask(_mm256_cmpeq_epi8(v, splat(b'\\'))) << shift;
-            // `[` and `]` are `{` and `}` with bit 5 clear; no other byte becomes either with it set.
+            // `[` and `]` folded onto `{` and `}`, as in [`super::classify`].
             let folded = _mm256_or_si256(v, splat(0x20));
             let brackets = _mm256_or_si256(
                 _mm256_cmpeq_epi8(folded, splat(b'{')),
